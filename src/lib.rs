@@ -1,0 +1,13 @@
+//! adeadvm: a deterministic bytecode virtual machine for tensor programs.
+//!
+//! Data flows through these stages, each with its own error type:
+//!
+//! ```text
+//! prog.s --asm--> Program --to_bytes--> .bib --format::Program::load--> Program
+//!        --verify--> VerifiedProgram (decoded code, shapes, memory plan)
+//! ```
+//!
+//! The instruction set is generated from `opcodes/isa.toml`; see docs/ISA.md.
+
+pub mod isa;
+pub mod format;
