@@ -11,3 +11,5 @@
 
 pub mod isa;
 pub mod format;
+pub mod asm;
+pub mod rand;

@@ -1,0 +1,470 @@
+//! Numbers and constant values: parsing immediates, and turning a `.const` value (inline list,
+//! splat, `rand`, `npy`, `safetensors`) into bytes or a splat.
+
+use std::path::Path;
+
+use half::{bf16, f16};
+
+use super::error::{closest, AsmErrorKind};
+use super::syntax::{Arg, ArgNode, Diag, Span};
+use crate::isa::DType;
+use crate::rand::{philox_normal, philox_uniform};
+
+/// Largest constant the assembler materializes in memory (rand, inline, files).
+const MAX_CONST_BYTES: u64 = 1 << 31;
+
+fn bad(text: &str, kind: &'static str, why: impl Into<String>, span: Span) -> Diag {
+    Diag::new(AsmErrorKind::BadNumber { text: text.into(), kind, why: why.into() }, span)
+}
+
+fn parse_hex(text: &str) -> Option<u64> {
+    let t = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X"))?;
+    if t.is_empty() || t.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(t, 16).ok()
+}
+
+/// An integer literal (decimal with optional sign, or `0x` hex) as i128 for range checks.
+pub fn parse_int(text: &str) -> Option<i128> {
+    if let Some(h) = parse_hex(text) {
+        return Some(h as i128);
+    }
+    if text.starts_with("-0x") || text.starts_with("+0x") {
+        return None;
+    }
+    text.parse::<i128>().ok()
+}
+
+/// Reads an integer of range `lo..=hi` from a Number argument.
+pub fn int_arg(arg: &Arg, kind: &'static str, lo: i128, hi: i128) -> Result<i128, Diag> {
+    let ArgNode::Number(text) = arg.node else {
+        return Err(Diag::new(
+            AsmErrorKind::OperandKind { expected: format!("{} integer", article(kind)), found: arg_text(arg) },
+            arg.span.clone(),
+        ));
+    };
+    let v = parse_int(text).ok_or_else(|| bad(text, kind, "not an integer", arg.span.clone()))?;
+    if v < lo || v > hi {
+        return Err(bad(text, kind, format!("out of range {lo}..={hi}"), arg.span.clone()));
+    }
+    Ok(v)
+}
+
+fn article(kind: &str) -> &'static str {
+    if kind.starts_with(['a', 'e', 'i', 'o', 'u', 'f']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+/// A short rendering of an argument for "found `...`" messages.
+pub fn arg_text(arg: &Arg) -> String {
+    match &arg.node {
+        ArgNode::Tensor { name, .. } => format!("%{name}"),
+        ArgNode::Number(n) | ArgNode::Ident(n) => n.to_string(),
+        ArgNode::Str(s) => format!("{s:?}"),
+        ArgNode::List(_) => "[...]".into(),
+        ArgNode::Call { name, .. } => format!("{}(...)", name.node),
+        ArgNode::KeyValue { key, .. } => format!("{}=...", key.node),
+        ArgNode::Typed { ty, value } => format!("{} {}", ty.node, arg_text(value)),
+    }
+}
+
+/// Parses an f32 immediate: decimal, `inf`, `-inf`, `nan`, or `0x` + up to 8 hex digits (bits).
+pub fn parse_f32(text: &str) -> Result<f32, String> {
+    match text {
+        "inf" | "+inf" => return Ok(f32::INFINITY),
+        "-inf" => return Ok(f32::NEG_INFINITY),
+        "nan" | "+nan" => return Ok(f32::NAN),
+        "-nan" => return Ok(-f32::NAN),
+        _ => {}
+    }
+    if text.starts_with("0x") || text.starts_with("0X") {
+        return match parse_hex(text) {
+            Some(b) if b <= u32::MAX as u64 => Ok(f32::from_bits(b as u32)),
+            _ => Err("raw f32 bits take at most 8 hex digits".into()),
+        };
+    }
+    let v: f32 = text.parse().map_err(|_| "not a number".to_string())?;
+    if v.is_infinite() {
+        return Err("out of range for f32 (write `inf` for infinity)".into());
+    }
+    Ok(v)
+}
+
+/// Parses one element value of `dtype` from its text; returns the bits (zero-extended).
+/// Hex in a float context is the raw bits of that dtype.
+pub fn parse_elem(text: &str, dtype: DType) -> Result<u32, String> {
+    match dtype {
+        DType::F32 => parse_f32(text).map(f32::to_bits),
+        DType::I32 => match parse_int(text) {
+            Some(v) if text.starts_with("0x") && (0..=u32::MAX as i128).contains(&v) => Ok(v as u32),
+            Some(v) if (i32::MIN as i128..=i32::MAX as i128).contains(&v) => Ok(v as i32 as u32),
+            Some(_) => Err("out of range for i32".into()),
+            None => Err("not an integer".into()),
+        },
+        DType::F16 | DType::Bf16 => {
+            if text.starts_with("0x") || text.starts_with("0X") {
+                return match parse_hex(text) {
+                    Some(b) if b <= 0xFFFF => Ok(b as u32),
+                    _ => Err(format!("raw {dtype} bits take at most 4 hex digits")),
+                };
+            }
+            let v: f64 = match text {
+                "inf" | "+inf" => f64::INFINITY,
+                "-inf" => f64::NEG_INFINITY,
+                "nan" | "+nan" => f64::NAN,
+                "-nan" => -f64::NAN,
+                t => t.parse().map_err(|_| "not a number".to_string())?,
+            };
+            let bits = if dtype == DType::F16 { f16::from_f64(v).to_bits() } else { bf16::from_f64(v).to_bits() };
+            let back = if dtype == DType::F16 { f16::from_bits(bits).is_infinite() } else { bf16::from_bits(bits).is_infinite() };
+            if back && v.is_finite() {
+                return Err(format!("out of range for {dtype} (write `inf` for infinity)"));
+            }
+            Ok(bits as u32)
+        }
+    }
+}
+
+/// The bits of `v` in a float dtype.
+pub fn f32_to_dtype_bits(v: f32, dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => v.to_bits(),
+        DType::F16 => f16::from_f32(v).to_bits() as u32,
+        DType::Bf16 => bf16::from_f32(v).to_bits() as u32,
+        DType::I32 => v as i32 as u32,
+    }
+}
+
+fn put(out: &mut Vec<u8>, bits: u32, dtype: DType) {
+    out.extend_from_slice(&bits.to_le_bytes()[..dtype.size()]);
+}
+
+/// A constant's value as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConstValue {
+    Splat(u32),
+    Bytes(Vec<u8>),
+}
+
+/// Everything `materialize` needs to know about the constant.
+pub struct ConstTarget<'a> {
+    pub name: &'a str,
+    pub dtype: DType,
+    pub dims: &'a [u32],
+    pub base_dir: &'a Path,
+}
+
+impl ConstTarget<'_> {
+    fn count(&self) -> u64 {
+        self.dims.iter().map(|&d| d as u64).product()
+    }
+    fn shape_text(&self) -> String {
+        format!("{}{:?}", self.dtype, self.dims)
+    }
+}
+
+fn flatten<'b, 'a>(items: &'b [Arg<'a>], out: &mut Vec<&'b Arg<'a>>) {
+    for it in items {
+        match &it.node {
+            ArgNode::List(inner) => flatten(inner, out),
+            _ => out.push(it),
+        }
+    }
+}
+
+/// Turns the value written after `=` into the constant's data.
+pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
+    let n = t.count();
+    let bytes = n.saturating_mul(t.dtype.size() as u64);
+    let too_big = |span: Span| {
+        Diag::other(
+            format!("constant `%{}` is too large to build at assembly time ({bytes} bytes)", t.name),
+            format!("at most {MAX_CONST_BYTES} bytes"),
+            span,
+        )
+    };
+    let float_only = |what: &str, span: Span| {
+        Diag::other(
+            format!("`{what}` needs a float constant, but `%{}` is {}", t.name, t.dtype),
+            "only for f32, f16 and bf16",
+            span,
+        )
+    };
+    match &value.node {
+        ArgNode::List(items) => {
+            let mut flat = Vec::new();
+            flatten(items, &mut flat);
+            if flat.len() as u64 != n {
+                return Err(Diag::new(
+                    AsmErrorKind::ValueCount { name: format!("%{}", t.name), expected: n, found: flat.len() as u64 },
+                    value.span.clone(),
+                )
+                .note(format!("`%{}` is {}", t.name, t.shape_text())));
+            }
+            let mut out = Vec::with_capacity(bytes as usize);
+            for it in flat {
+                let text = match it.node {
+                    ArgNode::Number(s) | ArgNode::Ident(s @ ("inf" | "nan")) => s,
+                    _ => {
+                        return Err(Diag::new(
+                            AsmErrorKind::OperandKind {
+                                expected: format!("{} {} value", article(t.dtype.name()), t.dtype),
+                                found: arg_text(it),
+                            },
+                            it.span.clone(),
+                        ))
+                    }
+                };
+                let bits = parse_elem(text, t.dtype).map_err(|why| bad(text, "element", why, it.span.clone()))?;
+                put(&mut out, bits, t.dtype);
+            }
+            Ok(ConstValue::Bytes(out))
+        }
+        ArgNode::Ident("zeros") => Ok(ConstValue::Splat(0)),
+        ArgNode::Ident("ones") => {
+            Ok(ConstValue::Splat(if t.dtype == DType::I32 { 1 } else { f32_to_dtype_bits(1.0, t.dtype) }))
+        }
+        ArgNode::Call { name, args } => match (name.node, args.as_slice()) {
+            ("fill", [v]) => {
+                let text = match v.node {
+                    ArgNode::Number(s) | ArgNode::Ident(s @ ("inf" | "nan")) => s,
+                    _ => return Err(wrong_value(v, &format!("{} {} value", article(t.dtype.name()), t.dtype))),
+                };
+                let bits = parse_elem(text, t.dtype).map_err(|why| bad(text, "element", why, v.span.clone()))?;
+                Ok(ConstValue::Splat(bits))
+            }
+            ("rand", [seed, rest @ ..]) if rest.len() <= 1 => {
+                if !t.dtype.is_float() {
+                    return Err(float_only("rand", name.span.clone()));
+                }
+                let seed = int_arg(seed, "seed", 0, u32::MAX as i128)? as u32;
+                let normal = match rest.first().map(|a| &a.node) {
+                    None | Some(ArgNode::Ident("uniform")) => false,
+                    Some(ArgNode::Ident("normal")) => true,
+                    Some(_) => return Err(wrong_value(&rest[0], "`uniform` or `normal`")),
+                };
+                if bytes > MAX_CONST_BYTES {
+                    return Err(too_big(value.span.clone()));
+                }
+                let mut out = Vec::with_capacity(bytes as usize);
+                for i in 0..n {
+                    let v = if normal { philox_normal(seed, i) } else { philox_uniform(seed, i) };
+                    put(&mut out, f32_to_dtype_bits(v, t.dtype), t.dtype);
+                }
+                Ok(ConstValue::Bytes(out))
+            }
+            ("npy", [p]) => {
+                let (path, span) = path_arg(p)?;
+                load_npy(t, &path, span)
+            }
+            ("safetensors", [p, tname]) => {
+                let (path, span) = path_arg(p)?;
+                let ArgNode::Str(tensor) = &tname.node else {
+                    return Err(wrong_value(tname, "the tensor's name as a string"));
+                };
+                load_safetensors(t, &path, span, tensor, tname.span.clone())
+            }
+            ("fill" | "rand" | "npy" | "safetensors", _) => Err(Diag::other(
+                format!("wrong arguments to `{}(...)`", name.node),
+                match name.node {
+                    "fill" => "expected `fill(value)`",
+                    "rand" => "expected `rand(seed)` or `rand(seed, normal)`",
+                    "npy" => "expected `npy(\"path\")`",
+                    _ => "expected `safetensors(\"path\", \"tensor name\")`",
+                },
+                value.span.clone(),
+            )),
+            _ => Err(value_kind_error(value)),
+        },
+        _ => Err(value_kind_error(value)),
+    }
+}
+
+fn value_kind_error(value: &Arg) -> Diag {
+    wrong_value(
+        value,
+        "a constant value: `[...]`, `zeros`, `ones`, `fill(v)`, `rand(seed)`, `npy(\"...\")` or `safetensors(\"...\", \"...\")`",
+    )
+}
+
+fn wrong_value(arg: &Arg, expected: &str) -> Diag {
+    Diag::new(AsmErrorKind::OperandKind { expected: expected.into(), found: arg_text(arg) }, arg.span.clone())
+}
+
+fn path_arg(p: &Arg) -> Result<(String, Span), Diag> {
+    match &p.node {
+        ArgNode::Str(s) => Ok((s.clone(), p.span.clone())),
+        _ => Err(wrong_value(p, "a path string `\"...\"`")),
+    }
+}
+
+fn read_file(base: &Path, path: &str, span: Span) -> Result<Vec<u8>, Diag> {
+    std::fs::read(base.join(path))
+        .map_err(|e| Diag::new(AsmErrorKind::File { path: path.into(), error: io_reason(&e) }, span))
+}
+
+/// An io error's reason without the "(os error N)" suffix, for stable messages.
+pub fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => {
+            let s = e.to_string();
+            s.split(" (os error").next().unwrap_or(&s).to_string()
+        }
+    }
+}
+
+fn shape_mismatch(t: &ConstTarget, path: &str, found: &[u64], span: Span) -> Diag {
+    Diag::new(
+        AsmErrorKind::FileMismatch(format!(
+            "`{path}` has shape {found:?}, but `%{}` is declared {}",
+            t.name,
+            t.shape_text()
+        )),
+        span,
+    )
+}
+
+fn load_npy(t: &ConstTarget, path: &str, span: Span) -> Result<ConstValue, Diag> {
+    let bytes = read_file(t.base_dir, path, span.clone())?;
+    let bad_file = |e: String| Diag::new(AsmErrorKind::File { path: path.into(), error: e }, span.clone());
+    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| bad_file(format!("not a valid .npy file ({e})")))?;
+    if npy.order() == npyz::Order::Fortran {
+        return Err(bad_file("Fortran-order arrays are not supported; save it with C order".into()));
+    }
+    let descr = npy.dtype().descr();
+    let (tc, size) = match npy.dtype() {
+        npyz::DType::Plain(ts) => (ts.type_char(), ts.size_field()),
+        _ => (npyz::TypeChar::Object, 0),
+    };
+    let shape = npy.shape().to_vec();
+    if shape.len() != t.dims.len() || shape.iter().zip(t.dims).any(|(&a, &b)| a != b as u64) {
+        return Err(shape_mismatch(t, path, &shape, span));
+    }
+    use npyz::TypeChar::{Float, Int, Uint};
+    let io = |e: std::io::Error| bad_file(format!("cannot read the data ({e})"));
+    let mut out = Vec::new();
+    match (t.dtype, tc, size) {
+        (DType::F32, Float, 4) => {
+            for v in npy.into_vec::<f32>().map_err(io)? {
+                put(&mut out, v.to_bits(), DType::F32);
+            }
+        }
+        (DType::I32, Int, 4) => {
+            for v in npy.into_vec::<i32>().map_err(io)? {
+                put(&mut out, v as u32, DType::I32);
+            }
+        }
+        (DType::F16, Float, 2) => {
+            for v in npy.into_vec::<f16>().map_err(io)? {
+                put(&mut out, v.to_bits() as u32, DType::F16);
+            }
+        }
+        (DType::F16 | DType::Bf16, Float, 4) => {
+            for v in npy.into_vec::<f32>().map_err(io)? {
+                put(&mut out, f32_to_dtype_bits(v, t.dtype), t.dtype);
+            }
+        }
+        (DType::F16 | DType::Bf16, Uint, 2) => {
+            for v in npy.into_vec::<u16>().map_err(io)? {
+                put(&mut out, v as u32, t.dtype);
+            }
+        }
+        _ => {
+            let accepted = match t.dtype {
+                DType::F32 => "float32",
+                DType::I32 => "int32",
+                DType::F16 => "float16, float32 (converted) or uint16 (raw bits)",
+                DType::Bf16 => "float32 (converted) or uint16 (raw bits)",
+            };
+            return Err(Diag::new(
+                AsmErrorKind::FileMismatch(format!(
+                    "`{path}` holds `{descr}` data, but `%{}` is {}",
+                    t.name, t.dtype
+                )),
+                span,
+            )
+            .note(format!("a {} constant can be loaded from {accepted} arrays", t.dtype)));
+        }
+    }
+    Ok(ConstValue::Bytes(out))
+}
+
+fn load_safetensors(t: &ConstTarget, path: &str, span: Span, name: &str, name_span: Span) -> Result<ConstValue, Diag> {
+    use safetensors::Dtype as S;
+    let bytes = read_file(t.base_dir, path, span.clone())?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+        Diag::new(AsmErrorKind::File { path: path.into(), error: format!("not a valid safetensors file ({e})") }, span.clone())
+    })?;
+    let view = match st.tensor(name) {
+        Ok(v) => v,
+        Err(_) => {
+            let names = st.names();
+            let near = closest(name, names.iter().copied(), 3);
+            let mut d = Diag::other(
+                format!("`{path}` has no tensor named `{name}`"),
+                "not in the file",
+                name_span,
+            );
+            if !near.is_empty() {
+                let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
+                d = d.note(format!("closest names in the file: {}", list.join(", ")));
+            }
+            return Err(d);
+        }
+    };
+    let shape: Vec<u64> = view.shape().iter().map(|&d| d as u64).collect();
+    if shape.len() != t.dims.len() || shape.iter().zip(t.dims).any(|(&a, &b)| a != b as u64) {
+        return Err(shape_mismatch(t, &format!("{path}: {name}"), &shape, name_span));
+    }
+    let data = view.data();
+    let same = matches!(
+        (t.dtype, view.dtype()),
+        (DType::F32, S::F32) | (DType::F16, S::F16) | (DType::Bf16, S::BF16) | (DType::I32, S::I32)
+    );
+    if same {
+        return Ok(ConstValue::Bytes(data.to_vec()));
+    }
+    if matches!(t.dtype, DType::F16 | DType::Bf16) && view.dtype() == S::F32 {
+        let mut out = Vec::with_capacity(data.len() / 2);
+        for w in data.chunks_exact(4) {
+            let v = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            put(&mut out, f32_to_dtype_bits(v, t.dtype), t.dtype);
+        }
+        return Ok(ConstValue::Bytes(out));
+    }
+    Err(Diag::new(
+        AsmErrorKind::FileMismatch(format!(
+            "`{path}`: tensor `{name}` is {:?}, but `%{}` is {}",
+            view.dtype(),
+            t.name,
+            t.dtype
+        )),
+        name_span,
+    )
+    .note("F32, F16, BF16 and I32 load into the same dtype; F32 also loads into f16 and bf16 (rounded)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elements() {
+        assert_eq!(parse_elem("1.0", DType::F32), Ok(0x3f80_0000));
+        assert_eq!(parse_elem("0x7fc00001", DType::F32), Ok(0x7fc0_0001));
+        assert_eq!(parse_elem("1.0", DType::F16), Ok(0x3c00));
+        assert_eq!(parse_elem("1.0", DType::Bf16), Ok(0x3f80));
+        assert_eq!(parse_elem("0x7e01", DType::F16), Ok(0x7e01));
+        assert_eq!(parse_elem("-1", DType::I32), Ok(u32::MAX));
+        assert!(parse_elem("1e39", DType::F32).is_err());
+        assert!(parse_elem("70000", DType::F16).is_err());
+        assert!(parse_elem("1.5", DType::I32).is_err());
+        assert!(parse_elem("0x10000", DType::F16).is_err());
+    }
+}
