@@ -51,7 +51,8 @@ fn round_trip(p: &Program) {
     let bytes = p.to_bytes();
     // All inline.
     let text = disassemble(p, &DisasmOptions::default()).unwrap();
-    let again = assemble(&text, "disasm.s", &AsmOptions::default()).unwrap_or_else(|e| panic!("{e}\n{}", short(&text)));
+    let again = assemble(&text, "disasm.s", &AsmOptions::default())
+        .unwrap_or_else(|e| panic!("{e}\n{}", short(&text)));
     same_program(&again, p);
     assert_eq!(again.to_bytes(), bytes, "inline round trip differs:\n{}", short(&text));
     // Large constants as .npy files, next to the .s in data/.
@@ -209,7 +210,10 @@ fn everything_round_trips() {
     let p = asm_everything(dir.path());
     assert_eq!(p.syms, ["B", "T"]);
     assert_eq!(p.debug.source, "everything.s");
-    assert_eq!(p.debug.labels.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["start", "loop", "done", "end"]);
+    assert_eq!(
+        p.debug.labels.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["start", "loop", "done", "end"]
+    );
     assert_eq!(p.debug.labels.last().unwrap().1 as usize, p.code.len());
     round_trip(&p);
 }

@@ -20,13 +20,15 @@ use crate::format::{
     DATA_ALIGN,
 };
 use crate::isa::{
-    Act, DType, Dim, Dist, Instruction, Insn, KernelId, OpInfo, Opcode, Operand, OperandKind, OutputId, Perm,
+    Act, DType, Dim, Dist, Insn, Instruction, KernelId, OpInfo, Opcode, Operand, OperandKind, OutputId, Perm,
     Placement, Reg, Shape, SymId, Target, TensorId, Tier, MAX_DIM, MAX_RANK, NUM_REGS, OP_INFO,
 };
 
 /// Directive names, for suggestions.
-const DIRECTIVES: &[&str] =
-    &["tier", "file", "define", "dim", "input", "output", "tensor", "const", "spirv", "kernel", "rept", "endr", "loc"];
+const DIRECTIVES: &[&str] = &[
+    "tier", "file", "define", "dim", "input", "output", "tensor", "const", "spirv", "kernel", "rept", "endr",
+    "loc",
+];
 
 /// Stop expanding `.rept` bodies past this many assembled lines.
 const MAX_EXPANDED_LINES: usize = 2_000_000;
@@ -110,7 +112,9 @@ fn describe_kind(kind: OperandKind) -> String {
         OperandKind::Perm => "a permutation like `[1, 0]`".into(),
         OperandKind::Bool => "`true` or `false`".into(),
         OperandKind::Act => format!("an activation ({})", names(Act::ALL.iter().map(|a| a.name()).collect())),
-        OperandKind::Dist => format!("a distribution ({})", names(Dist::ALL.iter().map(|a| a.name()).collect())),
+        OperandKind::Dist => {
+            format!("a distribution ({})", names(Dist::ALL.iter().map(|a| a.name()).collect()))
+        }
         OperandKind::Output => "an output name".into(),
         OperandKind::Kernel => "a kernel name".into(),
     }
@@ -195,13 +199,22 @@ impl<'o> Assembler<'o> {
         }
         // The same error on the same expanded line (a `.rept` body line that does not use the
         // counter) is reported once, for its first iteration.
-        let dup = self.errors.iter().any(|e| e.line == ctx.line && e.span == d.span && e.kind == d.kind && e.text == ctx.text);
+        let dup = self
+            .errors
+            .iter()
+            .any(|e| e.line == ctx.line && e.span == d.span && e.kind == *d.kind && e.text == ctx.text);
         if dup {
             return;
         }
         let mut notes = d.notes;
         notes.extend(ctx.notes.iter().cloned());
-        self.errors.push(AsmError { kind: d.kind, line: ctx.line, span: d.span, text: ctx.text.clone(), notes });
+        self.errors.push(AsmError {
+            kind: *d.kind,
+            line: ctx.line,
+            span: d.span,
+            text: ctx.text.clone(),
+            notes,
+        });
     }
 
     pub(crate) fn run(&mut self, source: &str) {
@@ -309,7 +322,10 @@ impl<'o> Assembler<'o> {
                     known.extend(self.opts.defines.iter().map(|(k, _)| k.as_str()));
                     known.extend(self.defines.keys().map(|k| k.as_str()));
                     let suggestion = suggest(name, known);
-                    return Err(Diag::new(AsmErrorKind::UnknownDefine { name: name.into(), suggestion }, start..end));
+                    return Err(Diag::new(
+                        AsmErrorKind::UnknownDefine { name: name.into(), suggestion },
+                        start..end,
+                    ));
                 }
             }
             at = end;
@@ -464,7 +480,8 @@ impl<'o> Assembler<'o> {
                 )
                 .note(usage_note()));
             }
-            let expected = cands.iter().map(|c| required(c).len()).min_by_key(|&n| n.abs_diff(npos)).unwrap_or(0);
+            let expected =
+                cands.iter().map(|c| required(c).len()).min_by_key(|&n| n.abs_diff(npos)).unwrap_or(0);
             let span = if args.is_empty() { mnemonic.span.end..mnemonic.span.end } else { args_span };
             return Err(Diag::new(
                 AsmErrorKind::OperandCount { mnemonic: info_mnemonic(&cands), expected, found: npos },
@@ -485,16 +502,25 @@ impl<'o> Assembler<'o> {
                 ArgNode::Ident(name) => (Sp { node: *name, span: arg.span.clone() }, None),
                 _ => {
                     return Err(Diag::new(
-                        AsmErrorKind::OperandCount { mnemonic: info.mnemonic.into(), expected: req.len(), found: npos },
+                        AsmErrorKind::OperandCount {
+                            mnemonic: info.mnemonic.into(),
+                            expected: req.len(),
+                            found: npos,
+                        },
                         arg.span.clone(),
                     )
                     .note(usage_note()))
                 }
             };
-            let Some(oi) = info.operands.iter().position(|o| o.name == key.node && o.default.is_some()) else {
+            let Some(oi) = info.operands.iter().position(|o| o.name == key.node && o.default.is_some())
+            else {
                 if value.is_none() {
                     return Err(Diag::new(
-                        AsmErrorKind::OperandCount { mnemonic: info.mnemonic.into(), expected: req.len(), found: npos },
+                        AsmErrorKind::OperandCount {
+                            mnemonic: info.mnemonic.into(),
+                            expected: req.len(),
+                            found: npos,
+                        },
                         arg.span.clone(),
                     )
                     .note(usage_note()));
@@ -573,7 +599,9 @@ impl<'o> Assembler<'o> {
             (ArgNode::Ident("none"), K::RegOpt) => Operand::RegOpt(None),
             (ArgNode::Tensor { name, decl }, _) => {
                 let id = match decl {
-                    Some(ty) if info.opcode == Opcode::Alloc => self.declare_temp_inline(ctx, name, ty, &span)?,
+                    Some(ty) if info.opcode == Opcode::Alloc => {
+                        self.declare_temp_inline(ctx, name, ty, &span)?
+                    }
                     Some(ty) => {
                         return Err(Diag::other(
                             "a declaration `%name: type` is only allowed in `ALLOC`",
@@ -609,11 +637,19 @@ impl<'o> Assembler<'o> {
                 uses.push(LabelUse { insn: 0, operand: oi, name: name.to_string(), span, ctx: ctx.clone() });
                 Operand::Label(Target(u32::MAX))
             }
-            (ArgNode::Number(t) | ArgNode::Ident(t), K::F32) => Operand::F32(parse_f32(t).map_err(|why| {
-                Diag::new(AsmErrorKind::BadNumber { text: t.to_string(), kind: "f32 immediate", why }, span.clone())
-            })?),
+            (ArgNode::Number(t) | ArgNode::Ident(t), K::F32) => {
+                Operand::F32(parse_f32(t).map_err(|why| {
+                    Diag::new(
+                        AsmErrorKind::BadNumber { text: t.to_string(), kind: "f32 immediate".into(), why },
+                        span.clone(),
+                    )
+                })?)
+            }
             (ArgNode::Number(t), K::I32) => Operand::I32(parse_elem(t, DType::I32).map_err(|why| {
-                Diag::new(AsmErrorKind::BadNumber { text: t.to_string(), kind: "i32 immediate", why }, span.clone())
+                Diag::new(
+                    AsmErrorKind::BadNumber { text: t.to_string(), kind: "i32 immediate".into(), why },
+                    span.clone(),
+                )
             })? as i32),
             (_, K::U32) => Operand::U32(int_arg(arg, "u32 immediate", 0, u32::MAX as i128)? as u32),
             (_, K::U16) => Operand::U16(int_arg(arg, "u16 immediate", 0, u16::MAX as i128)? as u16),
@@ -629,7 +665,11 @@ impl<'o> Assembler<'o> {
                 Operand::Perm(Perm::new(&axes).ok_or_else(|| {
                     Diag::other(
                         format!("`{}` is not a permutation", &ctx.text[span.clone()]),
-                        format!("expected each of 0..{} exactly once (at most {MAX_RANK} axes)", axes.len()),
+                        match axes.len() {
+                            0 => "expected axes".to_string(),
+                            n if n > MAX_RANK => format!("at most {MAX_RANK} axes"),
+                            n => format!("expected each axis from 0 to {} exactly once", n - 1),
+                        },
                         span.clone(),
                     )
                 })?)
@@ -637,10 +677,16 @@ impl<'o> Assembler<'o> {
             (ArgNode::Ident(b), K::Bool) => Operand::Bool(*b == "true"),
             (_, K::Bool) => Operand::Bool(int_arg(arg, "bool", 0, 1)? == 1),
             (ArgNode::Ident(a), K::Act) => Operand::Act(Act::from_name(a).ok_or_else(|| {
-                Diag::new(AsmErrorKind::OperandKind { expected: describe_kind(kind), found: a.to_string() }, span.clone())
+                Diag::new(
+                    AsmErrorKind::OperandKind { expected: describe_kind(kind), found: a.to_string() },
+                    span.clone(),
+                )
             })?),
             (ArgNode::Ident(a), K::Dist) => Operand::Dist(Dist::from_name(a).ok_or_else(|| {
-                Diag::new(AsmErrorKind::OperandKind { expected: describe_kind(kind), found: a.to_string() }, span.clone())
+                Diag::new(
+                    AsmErrorKind::OperandKind { expected: describe_kind(kind), found: a.to_string() },
+                    span.clone(),
+                )
             })?),
             (ArgNode::Ident(name), K::Output) => {
                 Operand::Output(OutputId(lookup(&self.output_ids, "output", name, &span)?))
@@ -661,13 +707,16 @@ impl<'o> Assembler<'o> {
         match self.tensor_ids.get(name) {
             Some(&(id, _)) => Ok(TensorId(id)),
             None => {
-                let suggestion = suggest(name, self.tensor_ids.keys().map(|k| k.as_str())).map(|s| format!("%{s}"));
+                let suggestion =
+                    suggest(name, self.tensor_ids.keys().map(|k| k.as_str())).map(|s| format!("%{s}"));
                 Err(Diag::new(
                     AsmErrorKind::UnknownName {
                         what: "tensor",
                         name: format!("%{name}"),
                         suggestion,
-                        hint: Some("declare it with `.input`, `.const`, `.tensor` or `ALLOC %name: type`".into()),
+                        hint: Some(
+                            "declare it with `.input`, `.const`, `.tensor` or `ALLOC %name: type`".into(),
+                        ),
                     },
                     span.clone(),
                 ))
@@ -679,8 +728,9 @@ impl<'o> Assembler<'o> {
     // Declarations
 
     fn resolve_shape(&mut self, ty: &TypeAst, concrete: bool) -> Result<(DType, Shape), Diag> {
-        let dtype = DType::from_name(ty.dtype.node)
-            .ok_or_else(|| Diag::new(AsmErrorKind::BadDtype { name: ty.dtype.node.into() }, ty.dtype.span.clone()))?;
+        let dtype = DType::from_name(ty.dtype.node).ok_or_else(|| {
+            Diag::new(AsmErrorKind::BadDtype { name: ty.dtype.node.into() }, ty.dtype.span.clone())
+        })?;
         if ty.dims.len() > MAX_RANK {
             return Err(Diag::new(
                 AsmErrorKind::BadShape(format!("rank {} exceeds the maximum of {MAX_RANK}", ty.dims.len())),
@@ -710,7 +760,9 @@ impl<'o> Assembler<'o> {
                         shape.push(Dim::Const(dim_num(&v, &format!("`{n}` (defined as `{v}`)"))?));
                     } else if concrete {
                         return Err(Diag::new(
-                            AsmErrorKind::BadShape(format!("constants need concrete shapes, but `{n}` is symbolic")),
+                            AsmErrorKind::BadShape(format!(
+                                "constants need concrete shapes, but `{n}` is symbolic"
+                            )),
                             d.span.clone(),
                         )
                         .note(format!("give it a size with `.define {n} <size>` or `-D {n}=<size>`")));
@@ -720,7 +772,10 @@ impl<'o> Assembler<'o> {
                         shape.push(Dim::Sym(SymId((self.syms.len() + i) as u16)));
                     } else {
                         if self.syms.len() + new_syms.len() >= u16::MAX as usize {
-                            return Err(Diag::new(AsmErrorKind::BadShape("too many symbolic dims".into()), d.span.clone()));
+                            return Err(Diag::new(
+                                AsmErrorKind::BadShape("too many symbolic dims".into()),
+                                d.span.clone(),
+                            ));
                         }
                         shape.push(Dim::Sym(SymId((self.syms.len() + new_syms.len()) as u16)));
                         new_syms.push(n.to_string());
@@ -752,7 +807,13 @@ impl<'o> Assembler<'o> {
         TensorId(id)
     }
 
-    fn declare_temp_inline(&mut self, ctx: &Ctx, name: &str, ty: &TypeAst, span: &Span) -> Result<TensorId, Diag> {
+    fn declare_temp_inline(
+        &mut self,
+        ctx: &Ctx,
+        name: &str,
+        ty: &TypeAst,
+        span: &Span,
+    ) -> Result<TensorId, Diag> {
         if let Some(&(id, first_line)) = self.tensor_ids.get(name) {
             // Re-declaring the same temporary identically (a `.rept` body, a loop) is fine.
             let (dtype, shape) = self.resolve_shape(ty, false)?;
@@ -764,7 +825,9 @@ impl<'o> Assembler<'o> {
                 AsmErrorKind::DuplicateName { what: "tensor", name: format!("%{name}"), first_line },
                 span.clone(),
             )
-            .note("an `ALLOC %name: type` may repeat an earlier declaration only if it is the same temporary"));
+            .note(
+                "an `ALLOC %name: type` may repeat an earlier declaration only if it is the same temporary",
+            ));
         }
         self.check_new_tensor(name, span)?;
         let (dtype, shape) = self.resolve_shape(ty, false)?;
@@ -777,7 +840,10 @@ impl<'o> Assembler<'o> {
                 let t = c.ident("`strict` or `fast`")?;
                 let tier = Tier::from_name(t.node).ok_or_else(|| {
                     Diag::new(
-                        AsmErrorKind::OperandKind { expected: "`strict` or `fast`".into(), found: t.node.into() },
+                        AsmErrorKind::BadValue {
+                            expected: "`strict` or `fast`".into(),
+                            found: t.node.into(),
+                        },
                         t.span.clone(),
                     )
                 })?;
@@ -791,7 +857,7 @@ impl<'o> Assembler<'o> {
                 self.tier = Some((tier, ctx.line));
             }
             "file" => {
-                let s = c.string("the source name as a string, `.file \"prog.s\"`")?;
+                let s = c.string("a quoted name, as in `.file \"prog.s\"`")?;
                 c.end()?;
                 self.file = Some(s.node);
             }
@@ -807,8 +873,9 @@ impl<'o> Assembler<'o> {
                 }
                 if let Some((old, first_line)) = self.defines.get(n.node) {
                     if *old != value {
-                        return Err(Diag::new(
-                            AsmErrorKind::DuplicateName { what: "define", name: n.node.into(), first_line: *first_line },
+                        return Err(Diag::other(
+                            format!("`{}` is already defined with a different value", n.node),
+                            format!("defined as `{old}` on line {first_line}"),
                             n.span,
                         ));
                     }
@@ -819,7 +886,11 @@ impl<'o> Assembler<'o> {
                 let d = c.ident("a symbolic dimension name")?;
                 if let Some(&first_line) = self.dims_declared.get(d.node) {
                     return Err(Diag::new(
-                        AsmErrorKind::DuplicateName { what: "symbolic dimension", name: d.node.into(), first_line },
+                        AsmErrorKind::DuplicateName {
+                            what: "symbolic dimension",
+                            name: d.node.into(),
+                            first_line,
+                        },
                         d.span,
                     ));
                 }
@@ -855,7 +926,8 @@ impl<'o> Assembler<'o> {
                 let value = c.value()?;
                 c.end()?;
                 let (dtype, shape) = self.resolve_shape(&ty, true)?;
-                let dims: Vec<u32> = shape.iter().map(|d| if let Dim::Const(n) = d { *n } else { 0 }).collect();
+                let dims: Vec<u32> =
+                    shape.iter().map(|d| if let Dim::Const(n) = d { *n } else { 0 }).collect();
                 let target = ConstTarget { name: n.node, dtype, dims: &dims, base_dir: &self.opts.base_dir };
                 let data = match materialize(&target, &value)? {
                     ConstValue::Splat(bits) => ConstData::Splat(bits),
@@ -866,7 +938,10 @@ impl<'o> Assembler<'o> {
                         ConstData::Bytes { offset: offset as u64, len: b.len() as u64 }
                     }
                 };
-                self.push_tensor(ctx, TensorDecl { name: n.node.into(), dtype, shape, kind: TensorKind::Const(data) });
+                self.push_tensor(
+                    ctx,
+                    TensorDecl { name: n.node.into(), dtype, shape, kind: TensorKind::Const(data) },
+                );
             }
             "output" => {
                 let n = c.ident("an output name (no `%`)")?;
@@ -902,7 +977,10 @@ impl<'o> Assembler<'o> {
             }
             other => {
                 let suggestion = suggest(other, DIRECTIVES.iter().copied()).map(|s| format!(".{s}"));
-                return Err(Diag::new(AsmErrorKind::UnknownDirective { name: other.into(), suggestion }, name.span));
+                return Err(Diag::new(
+                    AsmErrorKind::UnknownDirective { name: other.into(), suggestion },
+                    name.span,
+                ));
             }
         }
         Ok(())
@@ -926,7 +1004,10 @@ impl<'o> Assembler<'o> {
                 };
                 let span = args[0].span.clone();
                 let bytes = std::fs::read(self.opts.base_dir.join(path)).map_err(|e| {
-                    Diag::new(AsmErrorKind::File { path: path.clone(), error: super::consts::io_reason(&e) }, span.clone())
+                    Diag::new(
+                        AsmErrorKind::File { path: path.clone(), error: super::consts::io_reason(&e) },
+                        span.clone(),
+                    )
                 })?;
                 let words: Vec<u32> =
                     bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
@@ -988,7 +1069,11 @@ impl<'o> Assembler<'o> {
                 _ => return Err(wrong(&v, "`bindings(...)`, `push(...)` or `groups(x, y, z)`")),
             };
             if seen {
-                return Err(Diag::other(format!("`{}(...)` is given twice", name.node), "given again here", v.span.clone()));
+                return Err(Diag::other(
+                    format!("`{}(...)` is given twice", name.node),
+                    "given again here",
+                    v.span.clone(),
+                ));
             }
             match name.node {
                 "bindings" => {
@@ -1013,20 +1098,27 @@ impl<'o> Assembler<'o> {
                         };
                         let bad = |why: String| {
                             Diag::new(
-                                AsmErrorKind::BadNumber { text: text.into(), kind: "push constant", why },
+                                AsmErrorKind::BadNumber {
+                                    text: text.into(),
+                                    kind: "push constant".into(),
+                                    why,
+                                },
                                 value.span.clone(),
                             )
                         };
                         match ty.node {
                             "f32" => bytes.extend(parse_f32(text).map_err(bad)?.to_bits().to_le_bytes()),
                             "i32" => bytes.extend(parse_elem(text, DType::I32).map_err(bad)?.to_le_bytes()),
-                            "u32" => bytes.extend((int_arg(value, "u32", 0, u32::MAX as i128)? as u32).to_le_bytes()),
-                            "u16" => bytes.extend((int_arg(value, "u16", 0, u16::MAX as i128)? as u16).to_le_bytes()),
+                            "u32" => bytes
+                                .extend((int_arg(value, "u32", 0, u32::MAX as i128)? as u32).to_le_bytes()),
+                            "u16" => bytes
+                                .extend((int_arg(value, "u16", 0, u16::MAX as i128)? as u16).to_le_bytes()),
                             "u8" => bytes.push(int_arg(value, "u8", 0, u8::MAX as i128)? as u8),
                             _ => {
                                 return Err(Diag::new(
-                                    AsmErrorKind::OperandKind {
-                                        expected: "a push constant type (`f32`, `i32`, `u32`, `u16`, `u8`)".into(),
+                                    AsmErrorKind::BadValue {
+                                        expected: "a push constant type (`f32`, `i32`, `u32`, `u16`, `u8`)"
+                                            .into(),
                                         found: ty.node.into(),
                                     },
                                     ty.span.clone(),
@@ -1079,7 +1171,12 @@ impl<'o> Assembler<'o> {
                     unresolved.push((
                         u.ctx.clone(),
                         Diag::new(
-                            AsmErrorKind::UnknownName { what: "label", name: u.name.clone(), suggestion, hint },
+                            AsmErrorKind::UnknownName {
+                                what: "label",
+                                name: u.name.clone(),
+                                suggestion,
+                                hint,
+                            },
                             u.span.clone(),
                         ),
                     ));
@@ -1110,7 +1207,11 @@ impl<'o> Assembler<'o> {
             outputs: self.outputs,
             spirv: self.spirv,
             kernels: self.kernels,
-            debug: DebugInfo { source: self.file.unwrap_or(self.path), lines: self.lines, labels: self.labels },
+            debug: DebugInfo {
+                source: self.file.unwrap_or(self.path),
+                lines: self.lines,
+                labels: self.labels,
+            },
             data: Blob::from_vec(self.data),
             ..Program::default()
         })
@@ -1122,10 +1223,15 @@ fn info_mnemonic(cands: &[&OpInfo]) -> String {
 }
 
 fn wrong(arg: &Arg, expected: &str) -> Diag {
-    Diag::new(AsmErrorKind::OperandKind { expected: expected.into(), found: arg_text(arg) }, arg.span.clone())
+    Diag::new(AsmErrorKind::BadValue { expected: expected.into(), found: arg_text(arg) }, arg.span.clone())
 }
 
-fn lookup(map: &HashMap<String, (u16, usize)>, what: &'static str, name: &str, span: &Span) -> Result<u16, Diag> {
+fn lookup(
+    map: &HashMap<String, (u16, usize)>,
+    what: &'static str,
+    name: &str,
+    span: &Span,
+) -> Result<u16, Diag> {
     match map.get(name) {
         Some(&(id, _)) => Ok(id),
         None => {
@@ -1136,7 +1242,10 @@ fn lookup(map: &HashMap<String, (u16, usize)>, what: &'static str, name: &str, s
                 "SPIR-V module" => "declare it with `.spirv NAME = file(\"...\")`".to_string(),
                 _ => format!("no {what} by this name is declared"),
             });
-            Err(Diag::new(AsmErrorKind::UnknownName { what, name: name.into(), suggestion, hint }, span.clone()))
+            Err(Diag::new(
+                AsmErrorKind::UnknownName { what, name: name.into(), suggestion, hint },
+                span.clone(),
+            ))
         }
     }
 }

@@ -13,8 +13,8 @@ use crate::rand::{philox_normal, philox_uniform};
 /// Largest constant the assembler materializes in memory (rand, inline, files).
 const MAX_CONST_BYTES: u64 = 1 << 31;
 
-fn bad(text: &str, kind: &'static str, why: impl Into<String>, span: Span) -> Diag {
-    Diag::new(AsmErrorKind::BadNumber { text: text.into(), kind, why: why.into() }, span)
+fn bad(text: &str, kind: &str, why: impl Into<String>, span: Span) -> Diag {
+    Diag::new(AsmErrorKind::BadNumber { text: text.into(), kind: kind.into(), why: why.into() }, span)
 }
 
 fn parse_hex(text: &str) -> Option<u64> {
@@ -37,10 +37,13 @@ pub fn parse_int(text: &str) -> Option<i128> {
 }
 
 /// Reads an integer of range `lo..=hi` from a Number argument.
-pub fn int_arg(arg: &Arg, kind: &'static str, lo: i128, hi: i128) -> Result<i128, Diag> {
+pub fn int_arg(arg: &Arg, kind: &str, lo: i128, hi: i128) -> Result<i128, Diag> {
     let ArgNode::Number(text) = arg.node else {
         return Err(Diag::new(
-            AsmErrorKind::OperandKind { expected: format!("{} integer", article(kind)), found: arg_text(arg) },
+            AsmErrorKind::OperandKind {
+                expected: format!("{} integer", article(kind)),
+                found: arg_text(arg),
+            },
             arg.span.clone(),
         ));
     };
@@ -51,7 +54,7 @@ pub fn int_arg(arg: &Arg, kind: &'static str, lo: i128, hi: i128) -> Result<i128
     Ok(v)
 }
 
-fn article(kind: &str) -> &'static str {
+pub fn article(kind: &str) -> &'static str {
     if kind.starts_with(['a', 'e', 'i', 'o', 'u', 'f']) {
         "an"
     } else {
@@ -119,8 +122,13 @@ pub fn parse_elem(text: &str, dtype: DType) -> Result<u32, String> {
                 "-nan" => -f64::NAN,
                 t => t.parse().map_err(|_| "not a number".to_string())?,
             };
-            let bits = if dtype == DType::F16 { f16::from_f64(v).to_bits() } else { bf16::from_f64(v).to_bits() };
-            let back = if dtype == DType::F16 { f16::from_bits(bits).is_infinite() } else { bf16::from_bits(bits).is_infinite() };
+            let bits =
+                if dtype == DType::F16 { f16::from_f64(v).to_bits() } else { bf16::from_f64(v).to_bits() };
+            let back = if dtype == DType::F16 {
+                f16::from_bits(bits).is_infinite()
+            } else {
+                bf16::from_bits(bits).is_infinite()
+            };
             if back && v.is_finite() {
                 return Err(format!("out of range for {dtype} (write `inf` for infinity)"));
             }
@@ -200,7 +208,11 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
             flatten(items, &mut flat);
             if flat.len() as u64 != n {
                 return Err(Diag::new(
-                    AsmErrorKind::ValueCount { name: format!("%{}", t.name), expected: n, found: flat.len() as u64 },
+                    AsmErrorKind::ValueCount {
+                        name: format!("%{}", t.name),
+                        expected: n,
+                        found: flat.len() as u64,
+                    },
                     value.span.clone(),
                 )
                 .note(format!("`%{}` is {}", t.name, t.shape_text())));
@@ -219,7 +231,8 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                         ))
                     }
                 };
-                let bits = parse_elem(text, t.dtype).map_err(|why| bad(text, "element", why, it.span.clone()))?;
+                let bits = parse_elem(text, t.dtype)
+                    .map_err(|why| bad(text, &format!("{} value", t.dtype), why, it.span.clone()))?;
                 put(&mut out, bits, t.dtype);
             }
             Ok(ConstValue::Bytes(out))
@@ -232,9 +245,12 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
             ("fill", [v]) => {
                 let text = match v.node {
                     ArgNode::Number(s) | ArgNode::Ident(s @ ("inf" | "nan")) => s,
-                    _ => return Err(wrong_value(v, &format!("{} {} value", article(t.dtype.name()), t.dtype))),
+                    _ => {
+                        return Err(wrong_value(v, &format!("{} {} value", article(t.dtype.name()), t.dtype)))
+                    }
                 };
-                let bits = parse_elem(text, t.dtype).map_err(|why| bad(text, "element", why, v.span.clone()))?;
+                let bits = parse_elem(text, t.dtype)
+                    .map_err(|why| bad(text, &format!("{} value", t.dtype), why, v.span.clone()))?;
                 Ok(ConstValue::Splat(bits))
             }
             ("rand", [seed, rest @ ..]) if rest.len() <= 1 => {
@@ -292,7 +308,7 @@ fn value_kind_error(value: &Arg) -> Diag {
 }
 
 fn wrong_value(arg: &Arg, expected: &str) -> Diag {
-    Diag::new(AsmErrorKind::OperandKind { expected: expected.into(), found: arg_text(arg) }, arg.span.clone())
+    Diag::new(AsmErrorKind::BadValue { expected: expected.into(), found: arg_text(arg) }, arg.span.clone())
 }
 
 fn path_arg(p: &Arg) -> Result<(String, Span), Diag> {
@@ -330,6 +346,20 @@ fn shape_mismatch(t: &ConstTarget, path: &str, found: &[u64], span: Span) -> Dia
     )
 }
 
+/// numpy's name for a dtype, like `float64 (<f8)`.
+fn numpy_name(d: &npyz::DType) -> String {
+    let descr = d.descr().trim_matches('\'').to_string();
+    let npyz::DType::Plain(ts) = d else { return format!("`{descr}`") };
+    let base = match ts.type_char() {
+        npyz::TypeChar::Float => "float",
+        npyz::TypeChar::Int => "int",
+        npyz::TypeChar::Uint => "uint",
+        npyz::TypeChar::Bool => return format!("bool (`{descr}`)"),
+        _ => return format!("`{descr}`"),
+    };
+    format!("{base}{} (`{descr}`)", ts.size_field() * 8)
+}
+
 fn load_npy(t: &ConstTarget, path: &str, span: Span) -> Result<ConstValue, Diag> {
     let bytes = read_file(t.base_dir, path, span.clone())?;
     let bad_file = |e: String| Diag::new(AsmErrorKind::File { path: path.into(), error: e }, span.clone());
@@ -337,7 +367,7 @@ fn load_npy(t: &ConstTarget, path: &str, span: Span) -> Result<ConstValue, Diag>
     if npy.order() == npyz::Order::Fortran {
         return Err(bad_file("Fortran-order arrays are not supported; save it with C order".into()));
     }
-    let descr = npy.dtype().descr();
+    let descr = numpy_name(&npy.dtype());
     let (tc, size) = match npy.dtype() {
         npyz::DType::Plain(ts) => (ts.type_char(), ts.size_field()),
         _ => (npyz::TypeChar::Object, 0),
@@ -384,33 +414,43 @@ fn load_npy(t: &ConstTarget, path: &str, span: Span) -> Result<ConstValue, Diag>
             };
             return Err(Diag::new(
                 AsmErrorKind::FileMismatch(format!(
-                    "`{path}` holds `{descr}` data, but `%{}` is {}",
+                    "`{path}` holds {descr} data, but `%{}` is {}",
                     t.name, t.dtype
                 )),
                 span,
             )
-            .note(format!("a {} constant can be loaded from {accepted} arrays", t.dtype)));
+            .note(format!(
+                "{} {} constant can be loaded from {accepted} arrays",
+                article(t.dtype.name()),
+                t.dtype
+            )));
         }
     }
     Ok(ConstValue::Bytes(out))
 }
 
-fn load_safetensors(t: &ConstTarget, path: &str, span: Span, name: &str, name_span: Span) -> Result<ConstValue, Diag> {
+fn load_safetensors(
+    t: &ConstTarget,
+    path: &str,
+    span: Span,
+    name: &str,
+    name_span: Span,
+) -> Result<ConstValue, Diag> {
     use safetensors::Dtype as S;
     let bytes = read_file(t.base_dir, path, span.clone())?;
     let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
-        Diag::new(AsmErrorKind::File { path: path.into(), error: format!("not a valid safetensors file ({e})") }, span.clone())
+        Diag::new(
+            AsmErrorKind::File { path: path.into(), error: format!("not a valid safetensors file ({e})") },
+            span.clone(),
+        )
     })?;
     let view = match st.tensor(name) {
         Ok(v) => v,
         Err(_) => {
             let names = st.names();
             let near = closest(name, names.iter().copied(), 3);
-            let mut d = Diag::other(
-                format!("`{path}` has no tensor named `{name}`"),
-                "not in the file",
-                name_span,
-            );
+            let mut d =
+                Diag::other(format!("`{path}` has no tensor named `{name}`"), "not in the file", name_span);
             if !near.is_empty() {
                 let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
                 d = d.note(format!("closest names in the file: {}", list.join(", ")));

@@ -56,7 +56,9 @@ pub enum DisasmError {
     Decode { index: usize, source: DecodeError },
     #[error("instruction {index} ({mnemonic}) refers to {what} {id}, which does not exist")]
     BadReference { index: usize, mnemonic: &'static str, what: &'static str, id: u64 },
-    #[error("instruction {index} ({mnemonic}) jumps to {target}, past the end of the code ({len} instructions)")]
+    #[error(
+        "instruction {index} ({mnemonic}) jumps to {target}, past the end of the code ({len} instructions)"
+    )]
     BadTarget { index: usize, mnemonic: &'static str, target: u32, len: usize },
     #[error("{what} name {name:?} cannot be written in assembly")]
     BadName { what: &'static str, name: String },
@@ -210,10 +212,12 @@ impl Dis<'_> {
         for d in shape {
             parts.push(match *d {
                 Dim::Const(n) => n.to_string(),
-                Dim::Sym(s) => self.p.syms.get(s.0 as usize).cloned().ok_or_else(|| DisasmError::BadTensor {
-                    name: owner.into(),
-                    what: format!("symbolic dimension {} does not exist", s.0),
-                })?,
+                Dim::Sym(s) => {
+                    self.p.syms.get(s.0 as usize).cloned().ok_or_else(|| DisasmError::BadTensor {
+                        name: owner.into(),
+                        what: format!("symbolic dimension {} does not exist", s.0),
+                    })?
+                }
             });
         }
         Ok(format!("[{}]", parts.join(", ")))
@@ -248,13 +252,22 @@ impl Dis<'_> {
                         Dim::Sym(_) => return Err(bad("a constant with a symbolic dimension".into())),
                     }
                 }
-                let bytes = self.p.const_bytes(data).ok_or_else(|| bad("data lies outside the data section".into()))?;
+                let bytes = self
+                    .p
+                    .const_bytes(data)
+                    .ok_or_else(|| bad("data lies outside the data section".into()))?;
                 if bytes.len() as u64 != n.saturating_mul(dtype.size() as u64) {
                     return Err(bad(format!("{} data bytes for {n} elements of {dtype}", bytes.len())));
                 }
                 let elems: Vec<u32> = bytes
                     .chunks_exact(dtype.size())
-                    .map(|c| if c.len() == 4 { u32::from_le_bytes([c[0], c[1], c[2], c[3]]) } else { u16::from_le_bytes([c[0], c[1]]) as u32 })
+                    .map(|c| {
+                        if c.len() == 4 {
+                            u32::from_le_bytes([c[0], c[1], c[2], c[3]])
+                        } else {
+                            u16::from_le_bytes([c[0], c[1]]) as u32
+                        }
+                    })
                     .collect();
                 match &self.opts.data_dir {
                     Some(dir) if n > INLINE_MAX => {
@@ -315,8 +328,10 @@ impl Dis<'_> {
             if !k.bindings.is_empty() {
                 let mut b = Vec::new();
                 for t in &k.bindings {
-                    let tensor =
-                        p.tensors.get(t.0 as usize).ok_or_else(|| bad(format!("binds tensor {}, which does not exist", t.0)))?;
+                    let tensor = p
+                        .tensors
+                        .get(t.0 as usize)
+                        .ok_or_else(|| bad(format!("binds tensor {}, which does not exist", t.0)))?;
                     b.push(format!("%{}", tensor.name));
                 }
                 let _ = write!(line, " bindings({})", b.join(", "));
@@ -358,7 +373,7 @@ impl Dis<'_> {
                             len: p.code.len(),
                         });
                     }
-                    if !labels_at.contains_key(&t.0) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = labels_at.entry(t.0) {
                         let mut name = format!("L{}", t.0);
                         let mut k = 1;
                         while names.contains(&name) {
@@ -366,7 +381,7 @@ impl Dis<'_> {
                             k += 1;
                         }
                         names.insert(name.clone());
-                        labels_at.insert(t.0, vec![name]);
+                        e.insert(vec![name]);
                     }
                 }
             }
@@ -389,17 +404,24 @@ impl Dis<'_> {
                     id,
                 };
                 let tensor = |t: u16| {
-                    p.tensors.get(t as usize).map(|d| format!("%{}", d.name)).ok_or(reference("tensor", t as u64))
+                    p.tensors
+                        .get(t as usize)
+                        .map(|d| format!("%{}", d.name))
+                        .ok_or(reference("tensor", t as u64))
                 };
                 let text = match *op {
                     Operand::Tensor(t) | Operand::TensorOpt(Some(t)) => tensor(t.0)?,
                     Operand::Label(t) => label_of(t.0),
-                    Operand::Output(o) => {
-                        p.outputs.get(o.0 as usize).map(|d| d.name.clone()).ok_or(reference("output", o.0 as u64))?
-                    }
-                    Operand::Kernel(k) => {
-                        p.kernels.get(k.0 as usize).map(|d| d.name.clone()).ok_or(reference("kernel", k.0 as u64))?
-                    }
+                    Operand::Output(o) => p
+                        .outputs
+                        .get(o.0 as usize)
+                        .map(|d| d.name.clone())
+                        .ok_or(reference("output", o.0 as u64))?,
+                    Operand::Kernel(k) => p
+                        .kernels
+                        .get(k.0 as usize)
+                        .map(|d| d.name.clone())
+                        .ok_or(reference("kernel", k.0 as u64))?,
                     ref other => operand_default_text(other),
                 };
                 match oi.default {
@@ -439,23 +461,43 @@ fn write_npy(path: &Path, dtype: DType, shape: &[Dim], elems: &[u32]) -> Result<
         let cursor = std::io::Cursor::new(&mut buf);
         match dtype {
             DType::F32 => {
-                let mut w = npyz::WriteOptions::new().default_dtype().shape(&dims).writer(cursor).begin_nd().map_err(io)?;
+                let mut w = npyz::WriteOptions::new()
+                    .default_dtype()
+                    .shape(&dims)
+                    .writer(cursor)
+                    .begin_nd()
+                    .map_err(io)?;
                 w.extend(elems.iter().map(|&b| f32::from_bits(b))).map_err(io)?;
                 w.finish().map_err(io)?;
             }
             DType::I32 => {
-                let mut w = npyz::WriteOptions::new().default_dtype().shape(&dims).writer(cursor).begin_nd().map_err(io)?;
+                let mut w = npyz::WriteOptions::new()
+                    .default_dtype()
+                    .shape(&dims)
+                    .writer(cursor)
+                    .begin_nd()
+                    .map_err(io)?;
                 w.extend(elems.iter().map(|&b| b as i32)).map_err(io)?;
                 w.finish().map_err(io)?;
             }
             DType::F16 => {
-                let mut w = npyz::WriteOptions::new().default_dtype().shape(&dims).writer(cursor).begin_nd().map_err(io)?;
+                let mut w = npyz::WriteOptions::new()
+                    .default_dtype()
+                    .shape(&dims)
+                    .writer(cursor)
+                    .begin_nd()
+                    .map_err(io)?;
                 w.extend(elems.iter().map(|&b| f16::from_bits(b as u16))).map_err(io)?;
                 w.finish().map_err(io)?;
             }
             DType::Bf16 => {
                 // numpy has no bfloat16: the raw bits as uint16, which the assembler accepts.
-                let mut w = npyz::WriteOptions::new().default_dtype().shape(&dims).writer(cursor).begin_nd().map_err(io)?;
+                let mut w = npyz::WriteOptions::new()
+                    .default_dtype()
+                    .shape(&dims)
+                    .writer(cursor)
+                    .begin_nd()
+                    .map_err(io)?;
                 w.extend(elems.iter().map(|&b| b as u16)).map_err(io)?;
                 w.finish().map_err(io)?;
             }

@@ -38,6 +38,9 @@ pub enum AsmErrorKind {
     OperandCount { mnemonic: String, expected: usize, found: usize },
     #[error("expected {expected}, found `{found}`")]
     OperandKind { expected: String, found: String },
+    /// A directive's value of the wrong form.
+    #[error("expected {expected}, found `{found}`")]
+    BadValue { expected: String, found: String },
     /// A name that is not declared (tensor, label, output, kernel, SPIR-V module, symbol...).
     #[error("unknown {what} `{name}`")]
     UnknownName { what: &'static str, name: String, suggestion: Option<String>, hint: Option<String> },
@@ -48,7 +51,7 @@ pub enum AsmErrorKind {
     #[error("unknown element type `{name}`")]
     BadDtype { name: String },
     #[error("invalid {kind} `{text}`: {why}")]
-    BadNumber { text: String, kind: &'static str, why: String },
+    BadNumber { text: String, kind: String, why: String },
     #[error("`.rept` is never closed")]
     UnterminatedRept,
     #[error("`.endr` without a matching `.rept`")]
@@ -83,7 +86,7 @@ impl AsmErrorKind {
     pub fn label(&self) -> String {
         use AsmErrorKind::*;
         match self {
-            Syntax { .. } => "syntax error".into(),
+            Syntax { expected, .. } => format!("expected {expected}"),
             UnknownMnemonic { suggestion, .. } => {
                 format!("expected an instruction mnemonic{}", did_you_mean(suggestion))
             }
@@ -91,6 +94,7 @@ impl AsmErrorKind {
             UnknownPlacement { .. } => "expected `@cpu` or `@gpu`".into(),
             OperandCount { expected, .. } => format!("expected {expected} operand{}", plural(*expected)),
             OperandKind { .. } => "wrong kind of operand".into(),
+            BadValue { .. } => "invalid value".into(),
             UnknownName { what, suggestion, hint, .. } => match (suggestion, hint) {
                 (Some(_), _) => format!("no {what} by this name{}", did_you_mean(suggestion)),
                 (None, Some(h)) => h.clone(),
@@ -195,19 +199,29 @@ impl fmt::Display for AsmErrors {
     }
 }
 
-/// Levenshtein distance over chars, case-insensitive.
+/// Edit distance over chars, case-insensitive, counting a swap of two adjacent chars as one
+/// edit (optimal string alignment), since `inptu` for `input` is the typical typo.
 pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.to_lowercase().chars().collect();
     let b: Vec<char> = b.to_lowercase().chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + (ca != cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1);
+    let w = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * w];
+    for i in 0..=a.len() {
+        for j in 0..=b.len() {
+            d[i * w + j] = if i == 0 || j == 0 {
+                i + j
+            } else {
+                let mut v = (d[(i - 1) * w + j - 1] + (a[i - 1] != b[j - 1]) as usize)
+                    .min(d[(i - 1) * w + j] + 1)
+                    .min(d[i * w + j - 1] + 1);
+                if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                    v = v.min(d[(i - 2) * w + j - 2] + 1);
+                }
+                v
+            };
         }
-        prev = cur;
     }
-    prev[b.len()]
+    d[a.len() * w + b.len()]
 }
 
 /// The closest candidate, if close enough to be a plausible typo.
@@ -222,7 +236,11 @@ pub(crate) fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a s
 }
 
 /// Up to `n` candidates ordered by closeness.
-pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>, n: usize) -> Vec<String> {
+pub(crate) fn closest<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+    n: usize,
+) -> Vec<String> {
     let mut v: Vec<(usize, &str)> = candidates.into_iter().map(|c| (edit_distance(name, c), c)).collect();
     v.sort();
     v.into_iter().take(n).map(|(_, c)| c.to_string()).collect()
@@ -255,5 +273,6 @@ mod tests {
         assert_eq!(suggest("MATMLU", ["MATMUL", "ADD"]), Some("MATMUL".into()));
         assert_eq!(suggest("XYZ", ["MATMUL", "ADD"]), None);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("inptu", "input"), 1);
     }
 }

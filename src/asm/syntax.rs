@@ -29,14 +29,15 @@ pub struct Sp<T> {
 /// An error at a span of the line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Diag {
-    pub kind: AsmErrorKind,
+    /// Boxed to keep `Result<_, Diag>` small.
+    pub kind: Box<AsmErrorKind>,
     pub span: Span,
     pub notes: Vec<String>,
 }
 
 impl Diag {
     pub fn new(kind: AsmErrorKind, span: Span) -> Diag {
-        Diag { kind, span, notes: Vec::new() }
+        Diag { kind: Box::new(kind), span, notes: Vec::new() }
     }
     pub fn other(message: impl Into<String>, label: impl Into<String>, span: Span) -> Diag {
         Diag::new(AsmErrorKind::Other { message: message.into(), label: label.into() }, span)
@@ -90,9 +91,17 @@ pub type Arg<'a> = Sp<ArgNode<'a>>;
 pub enum Stmt<'a> {
     Empty,
     /// `.name` and a cursor positioned after it.
-    Directive { name: Sp<&'a str>, args: Cursor<'a> },
+    Directive {
+        name: Sp<&'a str>,
+        args: Cursor<'a>,
+    },
     /// `MNEMONIC[@place] args...`
-    Insn { mnemonic: Sp<&'a str>, placement: Option<Sp<&'a str>>, args: Vec<Arg<'a>>, args_span: Span },
+    Insn {
+        mnemonic: Sp<&'a str>,
+        placement: Option<Sp<&'a str>>,
+        args: Vec<Arg<'a>>,
+        args_span: Span,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -230,9 +239,10 @@ impl<'a> Cursor<'a> {
             return ("end of line".into(), start..start);
         }
         let len = if let Ok((_, t)) = number_token(r) {
-            t.len() + r[t.len()..].chars().take_while(|&c| is_ident_char(c)).map(char::len_utf8).sum::<usize>()
-        } else if r.starts_with('%') {
-            1 + r[1..].chars().take_while(|&c| is_ident_char(c) || c == '.').map(char::len_utf8).sum::<usize>()
+            t.len()
+                + r[t.len()..].chars().take_while(|&c| is_ident_char(c)).map(char::len_utf8).sum::<usize>()
+        } else if let Some(name) = r.strip_prefix('%') {
+            1 + name.chars().take_while(|&c| is_ident_char(c) || c == '.').map(char::len_utf8).sum::<usize>()
         } else {
             let n: usize = r.chars().take_while(|&c| is_ident_char(c)).map(char::len_utf8).sum();
             if n == 0 {
@@ -337,7 +347,7 @@ impl<'a> Cursor<'a> {
             loop {
                 self.ws();
                 let save = self.rest;
-                if let Some(n) = self.token(|i| digit1(i)) {
+                if let Some(n) = self.token(digit1) {
                     if self.peek().is_some_and(is_ident_char) {
                         self.rest = save;
                         return Err(self.expected("a dimension (a number or a name)"));
@@ -399,14 +409,16 @@ impl<'a> Cursor<'a> {
             Some(c) if c.is_ascii_digit() || c == '+' || c == '-' || c == '.' => {
                 let save = self.rest;
                 match self.token(number_token) {
-                    Some(n) if !self.peek().is_some_and(|c| is_ident_char(c) || c == '.') => ArgNode::Number(n.node),
+                    Some(n) if !self.peek().is_some_and(|c| is_ident_char(c) || c == '.') => {
+                        ArgNode::Number(n.node)
+                    }
                     _ => {
                         self.rest = save;
                         let (found, span) = self.found();
                         return Err(Diag::new(
                             AsmErrorKind::BadNumber {
                                 text: found.trim_matches('`').to_string(),
-                                kind: "number",
+                                kind: "number".into(),
                                 why: "not a decimal, hex (`0x...`), `inf` or `nan` number".into(),
                             },
                             span,

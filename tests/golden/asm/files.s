@@ -1,0 +1,8 @@
+; constants loaded from files (paths relative to this file's folder)
+.const %w1 f32[2, 3] = npy("data/missing.npy")
+.const %w2 f32[2, 3] = npy("data/w_f64.npy")
+.const %w3 f32[3, 2] = npy("data/w_2x3.npy")
+.const %w4 f32[2, 3] = safetensors("data/bert.safetensors", "encoder.layer.0.attention.self.qeury.weight")
+.const %w5 i32[2, 3] = safetensors("data/bert.safetensors", "encoder.layer.0.attention.self.key.weight")
+.spirv k = file("data/w_2x3.npy")
+.const %ok f16[2, 3] = npy("data/w_2x3.npy")

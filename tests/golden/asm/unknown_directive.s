@@ -1,0 +1,4 @@
+.inptu %x f32[4]
+.tier speedy
+.dim B
+.dim B
