@@ -101,15 +101,13 @@ impl Check<'_, '_> {
         // Ids and jump targets.
         for (op, oi) in insn.operands().iter().zip(info.operands) {
             match *op {
-                Operand::Tensor(t) | Operand::TensorOpt(Some(t)) => {
-                    if self.cx.decl(t).is_none() {
-                        return Err(format!(
-                            "operand `{}` is tensor id {}, but the program has only {} tensors",
-                            oi.name,
-                            t.0,
-                            p.tensors.len()
-                        ));
-                    }
+                Operand::Tensor(t) | Operand::TensorOpt(Some(t)) if self.cx.decl(t).is_none() => {
+                    return Err(format!(
+                        "operand `{}` is tensor id {}, but the program has only {} tensors",
+                        oi.name,
+                        t.0,
+                        p.tensors.len()
+                    ));
                 }
                 Operand::Output(o) if o.0 as usize >= p.outputs.len() => {
                     return Err(format!(

@@ -212,10 +212,6 @@ impl Ctx<'_> {
             None => "?".into(),
         }
     }
-    /// `%x: f32[B, 784]`.
-    pub fn desc(&self, t: TensorId) -> String {
-        format!("{}: {}", self.name(t), self.ty(t))
-    }
     pub fn shape(&self, s: &[Dim]) -> String {
         shape_text(s, &self.p.syms)
     }
