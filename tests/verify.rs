@@ -927,6 +927,15 @@ fn unreachable_code_is_still_type_checked() {
     b.ops(&[Insn::Halt, Insn::Neg { dst: h, a: x }]);
     let v = ok(b);
     assert!(v.is_reachable(0) && !v.is_reachable(1));
+
+    // A temporary allocated only in unreachable code takes no arena space.
+    let mut b = B::new();
+    let big = b.temp("big", F32, &[c(1 << 20)]);
+    b.ops(&[Insn::Halt, Insn::Alloc { t: big }, Insn::Free { t: big }]);
+    let v = ok(b);
+    assert_eq!(v.first_alloc(big), None);
+    let plan = v.plan(&[]).unwrap();
+    assert_eq!((plan.offsets[0], plan.peak_bytes), (Some(0), 0));
 }
 
 /// A counted loop over 3 layers: `h = relu(h @ w[i])`, weights selected with LOAD index=.
@@ -1344,17 +1353,41 @@ proptest! {
         }
     }
 
-    /// Arbitrary code bytes never panic the verifier.
+    /// Arbitrary code never panics the verifier: raw bytes, and instructions with a valid
+    /// opcode and small operand values (so most decode and reach the type and flow checks).
     #[test]
-    fn arbitrary_code_never_panics(code in prop::collection::vec(prop::array::uniform16(0u8..0x60), 0..24)) {
+    fn arbitrary_code_never_panics(
+        raw in prop::collection::vec(prop::array::uniform16(0u8..0x60), 0..8),
+        ops in prop::collection::vec((0usize..adeadvm::isa::OP_INFO.len(), 0u8..3, prop::array::uniform14(0u8..5)), 0..24),
+        tier in prop::bool::ANY,
+    ) {
         let mut b = B::new();
+        if tier {
+            b = b.fast();
+        }
         let bs = b.sym("B");
         b.input("x", F32, &[bs, c(4)]);
         b.temp("h", F32, &[bs, c(4)]);
         b.splat("w", F32, &[c(4), c(4)], 0);
+        b.temp("i", I32, &[c(4)]);
         b.output("y", F32, &[bs, c(4)]);
         let mut p = b.build();
-        p.code = code;
+        let n = ops.len();
+        p.code = ops
+            .into_iter()
+            .map(|(k, placement, operands)| {
+                let info = &adeadvm::isa::OP_INFO[k];
+                let mut bytes = [0u8; 16];
+                bytes[0] = info.opcode as u8;
+                bytes[1] = placement;
+                let end = info.operands.last().map_or(2, |o| o.offset as usize + o.kind.width());
+                bytes[2..end].copy_from_slice(&operands[..end - 2]);
+                bytes
+            })
+            .collect();
+        p.debug.lines = (0..n as u32).collect();
+        let _ = verify(p.clone());
+        p.code.extend(raw);
         let _ = verify(p);
     }
 }

@@ -16,6 +16,8 @@ pub struct FlowFacts {
     pub reachable: Vec<bool>,
     pub interference: Vec<Vec<TensorId>>,
     pub alloc_order: Vec<TensorId>,
+    /// Per tensor id: the first reachable ALLOC of it, if any.
+    pub first_alloc: Vec<Option<usize>>,
 }
 
 #[derive(Clone, Debug)]
@@ -60,6 +62,7 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo]) -> Result
             reachable: vec![],
             interference: vec![Vec::new(); cx.p.tensors.len()],
             alloc_order: f.order(&[]),
+            first_alloc: vec![None; cx.p.tensors.len()],
         });
     }
 
@@ -165,7 +168,13 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo]) -> Result
     let interference = adj.into_iter().map(|s| s.into_iter().map(TensorId).collect()).collect();
     let mut fa: Vec<(u16, usize)> = first_alloc.into_iter().collect();
     fa.sort();
-    Ok(FlowFacts { reachable, interference, alloc_order: f.order(&fa) })
+    let mut firsts = vec![None; cx.p.tensors.len()];
+    for &(t, i) in &fa {
+        if let Some(slot) = firsts.get_mut(t as usize) {
+            *slot = Some(i);
+        }
+    }
+    Ok(FlowFacts { reachable, interference, alloc_order: f.order(&fa), first_alloc: firsts })
 }
 
 impl Flow<'_, '_> {

@@ -107,6 +107,8 @@ pub struct VerifiedProgram {
     interference: Vec<Vec<TensorId>>,
     /// Temporaries in planning order: by first reachable ALLOC, then by id.
     alloc_order: Vec<TensorId>,
+    /// Per tensor id: the index of its first reachable ALLOC.
+    first_alloc: Vec<Option<usize>>,
 }
 
 /// Verifies a program. See the module documentation for what is checked.
@@ -122,6 +124,7 @@ pub fn verify(program: Program) -> Result<VerifiedProgram, VerifyError> {
         reachable: facts.reachable,
         interference: facts.interference,
         alloc_order: facts.alloc_order,
+        first_alloc: facts.first_alloc,
         program,
     })
 }
@@ -147,7 +150,8 @@ impl VerifiedProgram {
         &self.kernels
     }
 
-    /// Facts about one kernel dispatch.
+    /// Facts about one kernel dispatch. Panics if `k` is out of range (ids taken from verified
+    /// instructions never are).
     pub fn kernel(&self, k: KernelId) -> &KernelInfo {
         &self.kernels[k.0 as usize]
     }
@@ -157,7 +161,8 @@ impl VerifiedProgram {
         self.reachable.get(i).copied().unwrap_or(false)
     }
 
-    /// The declaration of tensor `t` (ids in verified instructions are always in range).
+    /// The declaration of tensor `t`. Panics if `t` is out of range (ids taken from verified
+    /// instructions and kernel bindings never are).
     pub fn tensor(&self, t: TensorId) -> &TensorDecl {
         &self.program.tensors[t.0 as usize]
     }
@@ -167,7 +172,8 @@ impl VerifiedProgram {
         self.tensor(t).kind
     }
 
-    /// The declaration of output `o`.
+    /// The declaration of output `o`. Panics if `o` is out of range (ids taken from verified
+    /// instructions never are).
     pub fn output(&self, o: OutputId) -> &OutputDecl {
         &self.program.outputs[o.0 as usize]
     }
@@ -176,6 +182,12 @@ impl VerifiedProgram {
     /// program (so they may not share storage with it).
     pub fn interferes_with(&self, t: TensorId) -> &[TensorId] {
         self.interference.get(t.0 as usize).map_or(&[], |v| v.as_slice())
+    }
+
+    /// The index of the first reachable ALLOC of `t` (None for temporaries only allocated in
+    /// unreachable code, or never, and for inputs and constants).
+    pub fn first_alloc(&self, t: TensorId) -> Option<usize> {
+        self.first_alloc.get(t.0 as usize).copied().flatten()
     }
 
     /// Temporaries in the order the planner places them.

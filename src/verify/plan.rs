@@ -19,7 +19,8 @@ pub const ARENA_ALIGN: u64 = 64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
     /// Per tensor id: the arena offset of each temporary (a multiple of [`ARENA_ALIGN`]);
-    /// None for inputs and constants.
+    /// None for inputs and constants. Temporaries never allocated by reachable code get 0 and
+    /// do not count toward the peak.
     pub offsets: Vec<Option<u64>>,
     /// Per tensor id: its size in bytes.
     pub sizes: Vec<u64>,
@@ -128,6 +129,13 @@ impl VerifiedProgram {
         let mut offsets: Vec<Option<u64>> = vec![None; p.tensors.len()];
         let mut peak = 0u64;
         for &t in self.alloc_order() {
+            if self.first_alloc(t).is_none() {
+                // Never allocated at run time: it needs no space (offset 0, outside the peak).
+                if let Some(slot) = offsets.get_mut(t.0 as usize) {
+                    *slot = Some(0);
+                }
+                continue;
+            }
             let size = sizes.get(t.0 as usize).copied().unwrap_or(0);
             let mut taken: Vec<(u64, u64)> = self
                 .interferes_with(t)
