@@ -1391,3 +1391,52 @@ proptest! {
         let _ = verify(p);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Definite initialization: a temporary is written before it is read, on every path.
+
+#[test]
+fn read_before_write_is_refused() {
+    let mut b = B::new();
+    let x = b.input("x", F32, &[c(4)]);
+    let t = b.temp("t", F32, &[c(4)]);
+    let u = b.temp("u", F32, &[c(4)]);
+    let y = b.output("y", F32, &[c(4)]);
+    b.ops(&[
+        Insn::Alloc { t },
+        Insn::Alloc { t: u },
+        Insn::Add { dst: u, a: x, b: t },
+        Insn::Store { out: y, src: u },
+        Insn::Free { t },
+        Insn::Free { t: u },
+    ]);
+    assert_eq!(
+        err(b),
+        "instruction 2 (line 12, ADD): reads %t before anything wrote it (allocated by instruction 0 (line 10, ALLOC)) \
+         on some path here; its bytes would be whatever the arena held, so write it first (FILL, COPY, LOAD, ...)"
+    );
+}
+
+#[test]
+fn written_on_only_one_path_is_refused_and_on_both_accepted() {
+    // ALLOC t; ISET r0; JZ r0, L; FILL t; L: STORE y, t; FREE t
+    let build = |fill_on_both: bool| {
+        let mut b = B::new();
+        let t = b.temp("t", F32, &[c(2)]);
+        let y = b.output("y", F32, &[c(2)]);
+        b.ops(&[Insn::Alloc { t }, Insn::Iset { rd: Reg(0), value: 0 }]);
+        if fill_on_both {
+            b.op(Insn::Fill { dst: t, value: 2.0 });
+        }
+        b.ops(&[
+            Insn::Jz { cond: Reg(0), target: Target(if fill_on_both { 5 } else { 4 }) },
+            Insn::Fill { dst: t, value: 1.0 },
+            Insn::Store { out: y, src: t },
+            Insn::Free { t },
+        ]);
+        b
+    };
+    let e = err(build(false));
+    assert!(e.starts_with("instruction 4 (line 14, STORE): reads %t before anything wrote it"), "{e}");
+    ok(build(true));
+}

@@ -28,6 +28,9 @@ struct State {
     freed: BTreeMap<u16, usize>,
     /// Outputs definitely written.
     outs: Vec<bool>,
+    /// Allocated temporaries definitely written since their ALLOC. Reading any other would
+    /// read whatever bytes the arena held before: not deterministic, so it is refused.
+    init: BTreeSet<u16>,
     /// The instruction this state first arrived from (None: the program start).
     from: Option<usize>,
 }
@@ -67,7 +70,13 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo]) -> Result
     }
 
     states[0] =
-        Some(State { alloc: BTreeMap::new(), freed: BTreeMap::new(), outs: vec![false; nout], from: None });
+        Some(State {
+            alloc: BTreeMap::new(),
+            freed: BTreeMap::new(),
+            outs: vec![false; nout],
+            init: BTreeSet::new(),
+            from: None,
+        });
     let mut work: BTreeSet<usize> = BTreeSet::from([0]);
     while let Some(i) = work.pop_first() {
         let Some(st) = states.get(i).and_then(|s| s.as_ref()) else { continue };
@@ -97,6 +106,9 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo]) -> Result
                             changed = true;
                         }
                     }
+                    let before = old.init.len();
+                    old.init.retain(|t| next.init.contains(t));
+                    changed |= old.init.len() != before;
                     if changed {
                         work.insert(j);
                     }
@@ -232,6 +244,21 @@ impl Flow<'_, '_> {
         ))
     }
 
+    fn need_init(&self, i: usize, st: &State, t: TensorId, verb: &str) -> Result<(), VerifyError> {
+        if !self.is_temp(t) || st.init.contains(&t.0) {
+            return Ok(());
+        }
+        let name = self.cx.name(t);
+        let site = st.alloc.get(&t.0).map_or(String::new(), |&a| format!(" (allocated by {})", self.at(a)));
+        Err(self.err(
+            i,
+            format!(
+                "{verb} {name} before anything wrote it{site} on some path here; \
+                 its bytes would be whatever the arena held, so write it first (FILL, COPY, LOAD, ...)"
+            ),
+        ))
+    }
+
     fn transfer(&self, i: usize, ins: &Instruction, st: &State) -> Result<State, VerifyError> {
         let mut s = st.clone();
         s.from = Some(i);
@@ -249,6 +276,7 @@ impl Flow<'_, '_> {
                 }
                 s.alloc.insert(t.0, i);
                 s.freed.remove(&t.0);
+                s.init.remove(&t.0);
             }
             Insn::Free { t } => {
                 if !st.alloc.contains_key(&t.0) {
@@ -265,6 +293,7 @@ impl Flow<'_, '_> {
                 }
                 s.alloc.remove(&t.0);
                 s.freed.insert(t.0, i);
+                s.init.remove(&t.0);
             }
             Insn::Kernel { k } => {
                 let decl = self.cx.p.kernels.get(k.0 as usize);
@@ -273,15 +302,24 @@ impl Flow<'_, '_> {
                     for (b, (&t, &w)) in decl.bindings.iter().zip(&info.written).enumerate() {
                         let verb = format!("binding {b} {}", if w { "writes" } else { "reads" });
                         self.need_alloc(i, st, t, &verb)?;
+                        if w {
+                            s.init.insert(t.0);
+                        } else {
+                            self.need_init(i, st, t, &verb)?;
+                        }
                     }
                 }
             }
             ref insn => {
                 for t in insn.reads() {
                     self.need_alloc(i, st, t, "reads")?;
+                    self.need_init(i, st, t, "reads")?;
                 }
                 if let Some(t) = insn.writes() {
                     self.need_alloc(i, st, t, "writes")?;
+                    if self.is_temp(t) {
+                        s.init.insert(t.0);
+                    }
                 }
                 if let Insn::Store { out, .. } = *insn {
                     if let Some(w) = s.outs.get_mut(out.0 as usize) {
