@@ -174,8 +174,12 @@ fn main() {
     // Enums of named values (act, dist).
     for (key, e) in &isa.enums {
         writeln!(w, "/// Values of the `{key}` operand kind.").unwrap();
-        writeln!(w, "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]\n#[repr(u8)]\npub enum {} {{", e.rust)
-            .unwrap();
+        writeln!(
+            w,
+            "#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]\n#[repr(u8)]\npub enum {} {{",
+            e.rust
+        )
+        .unwrap();
         for (i, v) in e.values.iter().enumerate() {
             writeln!(w, "    {} = {i},", camel(v)).unwrap();
         }
@@ -191,7 +195,8 @@ fn main() {
         }
         writeln!(w, "    }} }}").unwrap();
         writeln!(w, "    /// Decodes the byte value.").unwrap();
-        writeln!(w, "    pub fn from_u8(v: u8) -> Option<Self> {{ Self::ALL.get(v as usize).copied() }}").unwrap();
+        writeln!(w, "    pub fn from_u8(v: u8) -> Option<Self> {{ Self::ALL.get(v as usize).copied() }}")
+            .unwrap();
         writeln!(w, "    /// Parses the assembly name.").unwrap();
         writeln!(w, "    pub fn from_name(s: &str) -> Option<Self> {{ Self::ALL.iter().copied().find(|v| v.name() == s) }}")
             .unwrap();
@@ -336,13 +341,22 @@ fn main() {
         }
     }
     writeln!(w, "    }} }}").unwrap();
-    writeln!(w, "    /// Builds an instruction from operands in table order; None if a kind or the count is wrong.")
+    writeln!(
+        w,
+        "    /// Builds an instruction from operands in table order; None if a kind or the count is wrong."
+    )
+    .unwrap();
+    writeln!(w, "    pub fn from_operands(op: Opcode, ops: &[Operand]) -> Option<Insn> {{ match op {{")
         .unwrap();
-    writeln!(w, "    pub fn from_operands(op: Opcode, ops: &[Operand]) -> Option<Insn> {{ match op {{").unwrap();
     for (op, _, specs) in &ops {
         if specs.is_empty() {
-            writeln!(w, "        Opcode::{} => ops.is_empty().then_some(Insn::{}),", camel(&op.name), camel(&op.name))
-                .unwrap();
+            writeln!(
+                w,
+                "        Opcode::{} => ops.is_empty().then_some(Insn::{}),",
+                camel(&op.name),
+                camel(&op.name)
+            )
+            .unwrap();
         } else {
             let pats: Vec<String> =
                 specs.iter().map(|s| format!("Operand::{}({})", camel(&s.kind), s.name)).collect();
@@ -370,7 +384,11 @@ fn isa_markdown(isa: &Isa, ops: &[(&Op, String, Vec<OperandSpec>)]) -> String {
     let mut m = String::new();
     let w = &mut m;
     writeln!(w, "# The adeadvm instruction set\n").unwrap();
-    writeln!(w, "Generated from `opcodes/isa.toml` by `build.rs`; `cargo test` fails when this file is stale").unwrap();
+    writeln!(
+        w,
+        "Generated from `opcodes/isa.toml` by `build.rs`; `cargo test` fails when this file is stale"
+    )
+    .unwrap();
     writeln!(w, "(regenerate with `ADEADVM_BLESS=1 cargo test --test isa_doc`).\n").unwrap();
     writeln!(w, "## Encoding\n").unwrap();
     writeln!(
@@ -379,7 +397,11 @@ fn isa_markdown(isa: &Isa, ops: &[(&Op, String, Vec<OperandSpec>)]) -> String {
         isa.instruction_bytes
     )
     .unwrap();
-    writeln!(w, "(0 auto, 1 cpu, 2 gpu; written `MNEMONIC@cpu` / `MNEMONIC@gpu` in assembly), and the operands").unwrap();
+    writeln!(
+        w,
+        "(0 auto, 1 cpu, 2 gpu; written `MNEMONIC@cpu` / `MNEMONIC@gpu` in assembly), and the operands"
+    )
+    .unwrap();
     writeln!(
         w,
         "follow from byte {}, packed in the order listed, each at its kind's width. Bytes after the last",
@@ -387,10 +409,15 @@ fn isa_markdown(isa: &Isa, ops: &[(&Op, String, Vec<OperandSpec>)]) -> String {
     )
     .unwrap();
     writeln!(w, "operand are zero; the decoder rejects anything else.\n").unwrap();
-    writeln!(w, "Optional operands (those with a default) are written `name=value` after the required ones;").unwrap();
-    writeln!(w, "a bool may be written as its bare name. The disassembler prints only non-default values.\n").unwrap();
-    writeln!(w, "Tier `strict` gives the same bits on every executor; `fast` only from run to run on one device.\n")
+    writeln!(w, "Optional operands (those with a default) are written `name=value` after the required ones;")
         .unwrap();
+    writeln!(w, "a bool may be written as its bare name. The disassembler prints only non-default values.\n")
+        .unwrap();
+    writeln!(
+        w,
+        "Tier `strict` gives the same bits on every executor; `fast` only from run to run on one device.\n"
+    )
+    .unwrap();
     writeln!(w, "## Operand kinds\n").unwrap();
     writeln!(w, "| kind | bytes | meaning |\n| --- | --- | --- |").unwrap();
     for (k, v) in &isa.kinds {

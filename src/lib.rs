@@ -9,7 +9,8 @@
 //!
 //! The instruction set is generated from `opcodes/isa.toml`; see docs/ISA.md.
 
-pub mod isa;
-pub mod format;
 pub mod asm;
+pub mod format;
+pub mod isa;
 pub mod rand;
+pub mod verify;

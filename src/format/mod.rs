@@ -99,7 +99,10 @@ pub enum FormatError {
         VERSION_MAJOR
     )]
     NewerMajor { major: u16, minor: u16 },
-    #[error("this program uses .bib format {major}.{minor}, older than any this adeadvm reads (format {}.x)", VERSION_MAJOR)]
+    #[error(
+        "this program uses .bib format {major}.{minor}, older than any this adeadvm reads (format {}.x)",
+        VERSION_MAJOR
+    )]
     OlderMajor { major: u16, minor: u16 },
     #[error("the header says the file is {claimed} bytes, but it is {actual}: truncated or padded")]
     LengthMismatch { claimed: u64, actual: usize },
@@ -234,7 +237,7 @@ pub struct KernelDecl {
 pub struct DebugInfo {
     /// The assembly file the program came from, as it was named to the assembler.
     pub source: String,
-    /// The source line of each instruction (1-based; 0 when unknown).
+    /// The source line of each instruction (1-based; 0 when unknown), or empty when none are known.
     pub lines: Vec<u32>,
     /// Label names and the instruction index each marks, in source order.
     pub labels: Vec<(String, u32)>,
@@ -346,14 +349,21 @@ impl Program {
         let stored: [u8; 32] = bytes[body_end..].try_into().expect("32 bytes");
         let computed = *blake3::hash(&bytes[..body_end]).as_bytes();
         if stored != computed {
-            return Err(FormatError::DigestMismatch { stored: digest_hex(&stored), computed: digest_hex(&computed) });
+            return Err(FormatError::DigestMismatch {
+                stored: digest_hex(&stored),
+                computed: digest_hex(&computed),
+            });
         }
         // From here on the bytes are exactly what a writer produced (or a forgery with a valid
         // digest): every check below still runs, since the digest is not a signature.
         let tier = match h.u8()? {
             0 => Tier::Strict,
             1 => Tier::Fast,
-            t => return Err(FormatError::Header(format!("unknown tier byte {t} (expected 0 strict or 1 fast)"))),
+            t => {
+                return Err(FormatError::Header(format!(
+                    "unknown tier byte {t} (expected 0 strict or 1 fast)"
+                )))
+            }
         };
         if h.take(3)? != [0; 3] {
             return Err(FormatError::Header("reserved bytes 13..16 are not zero".into()));
@@ -385,6 +395,11 @@ impl Program {
             if offset < prev_end {
                 return Err(t.err(format!("section {kind} at {offset} overlaps what comes before it")));
             }
+            if bytes[prev_end..offset].iter().any(|&b| b != 0) {
+                return Err(
+                    t.err(format!("padding before section {kind} (bytes {prev_end}..{offset}) is not zero"))
+                );
+            }
             prev_end = end;
             match Section::ALL.iter().find(|s| **s as u32 == kind) {
                 Some(&s) => {
@@ -404,6 +419,11 @@ impl Program {
                     )))
                 }
             }
+        }
+        if bytes[prev_end..body_end].iter().any(|&b| b != 0) {
+            return Err(FormatError::Header(format!(
+                "padding after the last section (bytes {prev_end}..{body_end}) is not zero"
+            )));
         }
         let range_of = |s: Section| found.iter().find(|(f, _)| *f == s).map(|(_, r)| r.clone());
         let need = |s: Section| {
@@ -488,7 +508,8 @@ impl Program {
                 let name = s.string()?;
                 let words = s.count(4)?;
                 let raw = s.take(words * 4)?;
-                let words = raw.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().expect("4"))).collect();
+                let words =
+                    raw.chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().expect("4"))).collect();
                 p.spirv.push(SpirvModule { name, words });
             }
             s.finish()?;
@@ -501,7 +522,9 @@ impl Program {
                 let name = s.string()?;
                 let module = s.u16()?;
                 if module as usize >= p.spirv.len() {
-                    return Err(s.err(format!("kernel {name:?} names SPIR-V module {module}, which does not exist")));
+                    return Err(
+                        s.err(format!("kernel {name:?} names SPIR-V module {module}, which does not exist"))
+                    );
                 }
                 let entry = s.string()?;
                 let nb = s.count(2)?;
@@ -521,7 +544,7 @@ impl Program {
             let mut s = Reader::new(bytes, r, Section::Debug.name());
             p.debug.source = s.string()?;
             let n = s.count(4)?;
-            if n != p.code.len() {
+            if n != p.code.len() && n != 0 {
                 return Err(s.err(format!("{n} line entries for {} instructions", p.code.len())));
             }
             for _ in 0..n {

@@ -320,7 +320,8 @@ impl Instruction {
         if let Some((i, &v)) = b.iter().enumerate().skip(end).find(|(_, &v)| v != 0) {
             return Err(DecodeError::NonZeroPadding { op: info.mnemonic, byte: i, value: v });
         }
-        let insn = Insn::from_operands(op, &values).expect("generated layout matches generated operand kinds");
+        let insn =
+            Insn::from_operands(op, &values).expect("generated layout matches generated operand kinds");
         Ok(Instruction { insn, placement })
     }
 }

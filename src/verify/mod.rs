@@ -1,0 +1,342 @@
+//! The verifier: everything about a program that can be proven before it runs.
+//!
+//! [`verify`] runs on every load. It decodes every instruction, checks every table (tensors,
+//! outputs, kernels and their SPIR-V), type-checks every instruction (reachable or not)
+//! against the ISA's rules for dtypes and shapes, and runs a dataflow analysis over the
+//! control-flow graph that proves ALLOC/FREE discipline (no use before ALLOC or after FREE,
+//! no double free, no leak, the same tensors allocated on every path into a join) and that
+//! every exit has written every output. The result, a [`VerifiedProgram`], owns the program
+//! and carries what executors need so that they re-check nothing: decoded instructions,
+//! per-kernel facts, and the interference graph the memory planner ([`VerifiedProgram::plan`])
+//! turns into arena offsets once symbolic dimensions are bound.
+//!
+//! Symbolic dimensions are treated conservatively: two dims agree only when they are the same
+//! constant or the same symbol, and numpy broadcasting stretches only a constant 1.
+//!
+//! The first error found is returned (checks run in a fixed order: tables, then instructions
+//! in index order, then dataflow), and every message names what it is about: the instruction
+//! index, its source line and mnemonic, the tensors by `%name` with their declared types.
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::format::{digest_hex, OutputDecl, Program, TensorDecl, TensorKind};
+use crate::isa::{shape_text, Dim, Instruction, KernelId, OutputId, TensorId};
+
+mod flow;
+mod insn;
+mod plan;
+mod shape;
+mod spirv;
+mod table;
+
+pub use plan::{MemoryPlan, PlanError, ARENA_ALIGN};
+
+/// Why a program was rejected. Each variant names what the error is about; the message is
+/// written for the person who wrote the program.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum VerifyError {
+    /// A problem with one instruction.
+    #[error("instruction {index} ({}): {message}", insn_place(*.line, *.mnemonic))]
+    Instruction {
+        /// Index in the code.
+        index: usize,
+        /// Source line, when the program records one.
+        line: Option<u32>,
+        /// The mnemonic, when the instruction decodes.
+        mnemonic: Option<&'static str>,
+        message: String,
+    },
+    /// A problem with an entry of the tensor table.
+    #[error("tensor %{name} (tensor {}): {message}", .id.0)]
+    Tensor { id: TensorId, name: String, message: String },
+    /// A problem with a declared output.
+    #[error("output {name}: {message}")]
+    Output { id: OutputId, name: String, message: String },
+    /// A problem with a kernel dispatch or its SPIR-V module.
+    #[error("kernel {name}: {message}")]
+    Kernel { id: KernelId, name: String, message: String },
+    /// A problem with the program as a whole (symbol table, empty code with outputs, ...).
+    #[error("{message}")]
+    Program { message: String },
+}
+
+fn insn_place(line: Option<u32>, mnemonic: Option<&str>) -> String {
+    match (line, mnemonic) {
+        (Some(l), Some(m)) => format!("line {l}, {m}"),
+        (None, Some(m)) => m.to_string(),
+        (Some(l), None) => format!("line {l}"),
+        (None, None) => "undecodable".to_string(),
+    }
+}
+
+impl VerifyError {
+    /// The instruction index the error is about, if it is about one.
+    pub fn instruction(&self) -> Option<usize> {
+        match self {
+            VerifyError::Instruction { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+}
+
+/// What the verifier learned about one kernel dispatch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// Per binding (descriptor set 0, binding i): whether the shader may write it (its storage
+    /// buffer is not decorated NonWritable). Written bindings are allocated temporaries.
+    pub written: Vec<bool>,
+    /// The entry point's workgroup size (LocalSize, LocalSizeId or the WorkgroupSize built-in).
+    pub local_size: [u32; 3],
+    /// Size of the push-constant block in bytes (equal to the dispatch's push bytes).
+    pub push_bytes: u32,
+}
+
+/// A program that passed [`verify`]. Executors take this, not raw bytes, and re-check nothing
+/// it guarantees: every instruction decodes and is well typed, every id is in range, every jump
+/// lands on an instruction, temporaries are allocated whenever they are touched, and every
+/// kernel's SPIR-V matches its dispatch.
+#[derive(Debug, Clone)]
+pub struct VerifiedProgram {
+    program: Program,
+    instructions: Vec<Instruction>,
+    kernels: Vec<KernelInfo>,
+    reachable: Vec<bool>,
+    /// Per tensor id: the temporaries it interferes with (sorted; empty for non-temps).
+    interference: Vec<Vec<TensorId>>,
+    /// Temporaries in planning order: by first reachable ALLOC, then by id.
+    alloc_order: Vec<TensorId>,
+    /// Per tensor id: the index of its first reachable ALLOC.
+    first_alloc: Vec<Option<usize>>,
+}
+
+/// Verifies a program. See the module documentation for what is checked.
+pub fn verify(program: Program) -> Result<VerifiedProgram, VerifyError> {
+    let cx = Ctx { p: &program };
+    table::check_tables(&cx)?;
+    let kernels = table::check_kernels(&cx)?;
+    let instructions = insn::decode_and_check(&cx)?;
+    let facts = flow::analyze(&cx, &instructions, &kernels)?;
+    Ok(VerifiedProgram {
+        instructions,
+        kernels,
+        reachable: facts.reachable,
+        interference: facts.interference,
+        alloc_order: facts.alloc_order,
+        first_alloc: facts.first_alloc,
+        program,
+    })
+}
+
+impl VerifiedProgram {
+    /// The verified program.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// Gives the program back.
+    pub fn into_program(self) -> Program {
+        self.program
+    }
+
+    /// The decoded instructions, one per code slot.
+    pub fn instructions(&self) -> &[Instruction] {
+        &self.instructions
+    }
+
+    /// Facts about each kernel dispatch, indexed by [`KernelId`].
+    pub fn kernels(&self) -> &[KernelInfo] {
+        &self.kernels
+    }
+
+    /// Facts about one kernel dispatch. Panics if `k` is out of range (ids taken from verified
+    /// instructions never are).
+    pub fn kernel(&self, k: KernelId) -> &KernelInfo {
+        &self.kernels[k.0 as usize]
+    }
+
+    /// Whether instruction `i` can be reached from the start.
+    pub fn is_reachable(&self, i: usize) -> bool {
+        self.reachable.get(i).copied().unwrap_or(false)
+    }
+
+    /// The declaration of tensor `t`. Panics if `t` is out of range (ids taken from verified
+    /// instructions and kernel bindings never are).
+    pub fn tensor(&self, t: TensorId) -> &TensorDecl {
+        &self.program.tensors[t.0 as usize]
+    }
+
+    /// Whether `t` is a temporary, an input or a constant.
+    pub fn tensor_kind(&self, t: TensorId) -> TensorKind {
+        self.tensor(t).kind
+    }
+
+    /// The declaration of output `o`. Panics if `o` is out of range (ids taken from verified
+    /// instructions never are).
+    pub fn output(&self, o: OutputId) -> &OutputDecl {
+        &self.program.outputs[o.0 as usize]
+    }
+
+    /// The temporaries that are allocated at the same time as temporary `t` somewhere in the
+    /// program (so they may not share storage with it).
+    pub fn interferes_with(&self, t: TensorId) -> &[TensorId] {
+        self.interference.get(t.0 as usize).map_or(&[], |v| v.as_slice())
+    }
+
+    /// The index of the first reachable ALLOC of `t` (None for temporaries only allocated in
+    /// unreachable code, or never, and for inputs and constants).
+    pub fn first_alloc(&self, t: TensorId) -> Option<usize> {
+        self.first_alloc.get(t.0 as usize).copied().flatten()
+    }
+
+    /// Temporaries in the order the planner places them.
+    pub fn alloc_order(&self) -> &[TensorId] {
+        &self.alloc_order
+    }
+
+    /// A shape with every symbol replaced by its value in `dims` (indexed by symbol id).
+    pub fn concrete_shape(&self, shape: &[Dim], dims: &[u64]) -> Result<Vec<u64>, PlanError> {
+        plan::concrete_shape(&self.program, shape, dims)
+    }
+}
+
+/// Shared naming helpers for messages.
+pub(crate) struct Ctx<'a> {
+    pub p: &'a Program,
+}
+
+impl Ctx<'_> {
+    pub fn decl(&self, t: TensorId) -> Option<&TensorDecl> {
+        self.p.tensors.get(t.0 as usize)
+    }
+    /// `%name`.
+    pub fn name(&self, t: TensorId) -> String {
+        match self.decl(t) {
+            Some(d) => format!("%{}", d.name),
+            None => format!("tensor #{}", t.0),
+        }
+    }
+    /// `f32[B, 784]`.
+    pub fn ty(&self, t: TensorId) -> String {
+        match self.decl(t) {
+            Some(d) => format!("{}{}", d.dtype, self.shape(&d.shape)),
+            None => "?".into(),
+        }
+    }
+    pub fn shape(&self, s: &[Dim]) -> String {
+        shape_text(s, &self.p.syms)
+    }
+    pub fn dim(&self, d: Dim) -> String {
+        match d {
+            Dim::Const(n) => n.to_string(),
+            Dim::Sym(s) => self.p.syms.get(s.0 as usize).cloned().unwrap_or_else(|| format!("?{}", s.0)),
+        }
+    }
+    pub fn kind_word(&self, t: TensorId) -> &'static str {
+        match self.decl(t).map(|d| d.kind) {
+            Some(TensorKind::Temp) => "a temporary",
+            Some(TensorKind::Input) => "an input",
+            Some(TensorKind::Const(_)) => "a constant",
+            None => "out of range",
+        }
+    }
+    /// `instruction 4 (line 12, JNZ)`.
+    pub fn insn_ref(&self, i: usize, mnemonic: Option<&str>) -> String {
+        format!("instruction {i} ({})", insn_place(self.p.line_of(i), mnemonic))
+    }
+    pub fn insn_err(&self, i: usize, mnemonic: Option<&'static str>, message: String) -> VerifyError {
+        VerifyError::Instruction { index: i, line: self.p.line_of(i), mnemonic, message }
+    }
+}
+
+/// Formats a byte count for people: `1.50 MiB (1572864 bytes)`.
+pub fn bytes_text(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} bytes");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {} ({n} bytes)", UNITS[u])
+}
+
+impl VerifiedProgram {
+    /// The text `adeadvm verify` prints: digest, tier, counts and the memory plan for the
+    /// given symbol values (by name). Symbols not given are bound to 1, and the report says so.
+    pub fn report(&self, dims: &[(String, u64)]) -> Result<String, PlanError> {
+        use fmt::Write as _;
+        let p = &self.program;
+        let mut values: Vec<Option<u64>> = vec![None; p.syms.len()];
+        for (name, v) in dims {
+            let Some(i) = p.syms.iter().position(|s| s == name) else {
+                return Err(PlanError::UnknownSymbol {
+                    name: name.clone(),
+                    known: if p.syms.is_empty() { "none".into() } else { p.syms.join(", ") },
+                });
+            };
+            if let Some(slot) = values.get_mut(i) {
+                *slot = Some(*v);
+            }
+        }
+        let defaulted: Vec<&str> =
+            p.syms.iter().zip(&values).filter(|(_, v)| v.is_none()).map(|(s, _)| s.as_str()).collect();
+        let bound: Vec<u64> = values.iter().map(|v| v.unwrap_or(1)).collect();
+        let plan = self.plan(&bound)?;
+
+        let count = |k: fn(&TensorKind) -> bool| p.tensors.iter().filter(|t| k(&t.kind)).count();
+        let temps = count(|k| matches!(k, TensorKind::Temp));
+        let inputs = count(|k| matches!(k, TensorKind::Input));
+        let consts = count(|k| matches!(k, TensorKind::Const(_)));
+        let unreachable = self.reachable.iter().filter(|r| !**r).count();
+
+        let mut s = String::new();
+        let _ = writeln!(s, "digest        {}", digest_hex(&p.digest));
+        let _ = writeln!(s, "tier          {}", p.tier.name());
+        let _ = write!(s, "code          {} instructions", p.code.len());
+        if unreachable > 0 {
+            let _ = write!(s, " ({unreachable} unreachable)");
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "tensors       {}: {inputs} inputs, {consts} constants, {temps} temporaries",
+            p.tensors.len()
+        );
+        let _ = writeln!(s, "outputs       {}", p.outputs.len());
+        if !p.kernels.is_empty() {
+            let _ = writeln!(s, "kernels       {} ({} SPIR-V modules)", p.kernels.len(), p.spirv.len());
+        }
+        if !p.syms.is_empty() {
+            let parts: Vec<String> = p.syms.iter().zip(&bound).map(|(n, v)| format!("{n} = {v}")).collect();
+            let _ = writeln!(s, "dims          {}", parts.join(", "));
+            if !defaulted.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "              ({} not given with --dim NAME=N; bound to 1)",
+                    defaulted.join(", ")
+                );
+            }
+        }
+        let _ = writeln!(s, "memory plan");
+        let _ = writeln!(s, "  arena peak  {} for {temps} temporaries", bytes_text(plan.peak_bytes));
+        let _ = writeln!(s, "  constants   {}", bytes_text(plan.const_bytes));
+        let _ = writeln!(s, "  inputs      {}", bytes_text(plan.input_bytes));
+        let _ = writeln!(s, "  outputs     {}", bytes_text(plan.output_bytes));
+        Ok(s)
+    }
+}
+
+impl fmt::Display for VerifiedProgram {
+    /// The report with every symbol bound to 1.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.report(&[]) {
+            Ok(s) => f.write_str(&s),
+            Err(e) => write!(f, "(no memory plan: {e})"),
+        }
+    }
+}
