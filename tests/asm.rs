@@ -47,7 +47,7 @@ fn golden_error_messages() {
         let src = std::fs::read_to_string(&path).unwrap();
         let opts = AsmOptions { defines: vec![], base_dir: golden_dir() };
         let got = match assemble(&src, &name, &opts) {
-            Ok(_) => format!("(assembled without errors)\n"),
+            Ok(_) => "(assembled without errors)\n".to_string(),
             Err(e) => e.to_string(),
         };
         let expected_path = path.with_extension("txt");
@@ -275,4 +275,25 @@ fn example_programs_assemble() {
         assert_eq!(stores, p.outputs.len(), "{name}");
         let _ = Operand::Bool(true);
     }
+}
+
+/// The example programs are semantically valid: the verifier accepts each of them.
+#[test]
+fn example_programs_verify() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
+    let mut failures = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "s") {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let src = std::fs::read_to_string(&path).unwrap();
+        let opts = AsmOptions { defines: vec![], base_dir: dir.clone() };
+        let p = assemble(&src, &name, &opts).unwrap_or_else(|e| panic!("{e}"));
+        if let Err(e) = adeadvm::verify::verify(p) {
+            failures.push(format!("{name}: {e}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -231,7 +231,7 @@ pub(crate) fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a s
         .into_iter()
         .map(|c| (edit_distance(name, c), c))
         .filter(|&(d, c)| d <= limit && c != name)
-        .min_by_key(|&(d, _)| d)
+        .min_by_key(|&(d, c)| (d, c))
         .map(|(_, c)| c.to_string())
 }
 
