@@ -108,7 +108,7 @@ fn write_safetensors(path: &Path) {
     use safetensors::tensor::TensorView;
     use safetensors::Dtype;
     let a: Vec<u8> = (0..12).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect();
-    let b: Vec<u8> = (0..4).flat_map(|i| (i as i32 - 2).to_le_bytes()).collect();
+    let b: Vec<u8> = (0..4i32).flat_map(|i| (i - 2).to_le_bytes()).collect();
     let views = vec![
         ("encoder.layer.0.weight", TensorView::new(Dtype::F32, vec![3, 4], &a).unwrap()),
         ("encoder.layer.0.index", TensorView::new(Dtype::I32, vec![4], &b).unwrap()),
