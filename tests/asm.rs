@@ -297,3 +297,45 @@ fn example_programs_verify() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+    /// Any text made of assembly-like pieces assembles or fails cleanly; never panics.
+    #[test]
+    fn random_text_never_panics(pieces in proptest::collection::vec(proptest::sample::select(vec![
+        "ADD", "MATMUL", "ALLOC", "JNZ", ".const", ".rept", ".endr", ".input", ".kernel", ".spirv", ".dim",
+        "%x", "%y", "r1", "r99", "f32[", "f16", "]", "[", "(", ")", ",", "=", ":", "\"", "${", "}", "i", "0x",
+        "1.5", "-", "nan", "inf", "zeros", "rand(", "npy(", "words(", "@gpu", ";", "\n", " ", "\t", "é", "4",
+    ]), 0..40)) {
+        let src: String = pieces.concat();
+        let _ = assemble(&src, "fuzz.s", &AsmOptions::default()).map_err(|e| e.to_string());
+    }
+}
+
+#[test]
+fn runaway_rept_is_an_error() {
+    let e = asm_err(".rept i 100000\n.rept j 100000\n    NOP\n.endr\n.endr\n");
+    assert!(e.contains("`.rept` expansion is too large"), "{e}");
+}
+
+/// programs/kernel/scale.spv is what glslc makes of scale.comp (skipped where glslc is absent).
+#[test]
+fn kernel_spirv_is_current() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/kernel");
+    let out = tempfile::tempdir().unwrap();
+    let spv = out.path().join("scale.spv");
+    let status = std::process::Command::new("glslc")
+        .args(["--target-env=vulkan1.1", "-O"])
+        .arg(dir.join("scale.comp"))
+        .arg("-o")
+        .arg(&spv)
+        .status();
+    match status {
+        Ok(s) if s.success() => {
+            let fresh = std::fs::read(&spv).unwrap();
+            let committed = std::fs::read(dir.join("scale.spv")).unwrap();
+            assert!(fresh == committed, "programs/kernel/scale.spv is stale: rebuild it (see scale.comp)");
+        }
+        _ => eprintln!("skipped: glslc is not installed"),
+    }
+}

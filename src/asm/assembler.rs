@@ -257,6 +257,7 @@ impl<'o> Assembler<'o> {
                             stack.push(ReptFrame { var: var.clone(), value: k, line: no });
                             self.block(&lines[i + 1..end], stack);
                             stack.pop();
+                            self.expanded += 1; // an empty body still costs something
                             if self.expanded > MAX_EXPANDED_LINES {
                                 let d = Diag::other(
                                     "`.rept` expansion is too large",
