@@ -9,5 +9,6 @@
 //!
 //! The instruction set is generated from `opcodes/isa.toml`; see docs/ISA.md.
 
-pub mod isa;
 pub mod format;
+pub mod isa;
+pub mod numerics;
