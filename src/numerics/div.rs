@@ -46,11 +46,7 @@ fn scale_bits(m: f32, k: i32, sign: u32) -> f32 {
 fn ulps(v: f32) -> (f32, f32) {
     let e = (v.to_bits() >> 23) & 0xff;
     let up = f32::from_bits((e - 23) << 23);
-    let down = if v.to_bits() & MANT == 0 {
-        f32::from_bits((e - 24) << 23)
-    } else {
-        up
-    };
+    let down = if v.to_bits() & MANT == 0 { f32::from_bits((e - 24) << 23) } else { up };
     (up, down)
 }
 

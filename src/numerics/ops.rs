@@ -137,10 +137,7 @@ pub(crate) fn two_prod(a: f32, b: f32) -> (f32, f32) {
     let bh = sub(t, sub(t, b));
     let bl = sub(b, bh);
     let p = mul(a, b);
-    let e = add(
-        add(add(sub(mul(ah, bh), p), mul(ah, bl)), mul(al, bh)),
-        mul(al, bl),
-    );
+    let e = add(add(add(sub(mul(ah, bh), p), mul(ah, bl)), mul(al, bh)), mul(al, bl));
     (p, e)
 }
 

@@ -56,9 +56,7 @@ pub fn max_reduce(xs: &[f32]) -> f32 {
 /// If the lengths differ.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot: length mismatch");
-    a.iter()
-        .zip(b)
-        .fold(0.0, |acc, (&x, &y)| add(acc, mul(x, y)))
+    a.iter().zip(b).fold(0.0, |acc, (&x, &y)| add(acc, mul(x, y)))
 }
 
 /// `n` as f32 for a row length: exact up to 2^24; beyond, round-to-nearest-even (the verifier
@@ -111,13 +109,7 @@ pub fn softmax_row(x: &[f32], out: &mut [f32]) {
 ///
 /// # Panics
 /// If `out`, `gamma` or `beta` is not as long as `x`.
-pub fn layernorm_row(
-    x: &[f32],
-    gamma: Option<&[f32]>,
-    beta: Option<&[f32]>,
-    eps: f32,
-    out: &mut [f32],
-) {
+pub fn layernorm_row(x: &[f32], gamma: Option<&[f32]>, beta: Option<&[f32]>, eps: f32, out: &mut [f32]) {
     let n = x.len();
     assert_eq!(out.len(), n, "layernorm_row: out length mismatch");
     let mu = mean(x);

@@ -28,14 +28,7 @@ fn horner(t: f32, c: &[f32]) -> f32 {
 }
 
 /// Taylor coefficients 1/2!, ..., 1/7! rounded to f32.
-const EXP_C: [f32; 6] = [
-    5e-1,
-    1.666_666_7e-1,
-    4.166_666_8e-2,
-    8.333_334e-3,
-    1.388_888_9e-3,
-    1.984_127e-4,
-];
+const EXP_C: [f32; 6] = [5e-1, 1.666_666_7e-1, 4.166_666_8e-2, 8.333_334e-3, 1.388_888_9e-3, 1.984_127e-4];
 
 /// Strict `e^x`.
 ///
@@ -75,13 +68,7 @@ pub fn exp(x: f32) -> f32 {
 }
 
 /// `2/3, 2/5, 2/7, 2/9, 2/11` (the atanh series `log(1+f) = 2s + 2s^3/3 + ...`, `s = f/(2+f)`).
-const LOG_C: [f32; 5] = [
-    6.666_667e-1,
-    4e-1,
-    2.857_143e-1,
-    2.222_222_2e-1,
-    1.818_181_9e-1,
-];
+const LOG_C: [f32; 5] = [6.666_667e-1, 4e-1, 2.857_143e-1, 2.222_222_2e-1, 1.818_181_9e-1];
 
 /// Strict natural logarithm.
 ///
@@ -127,29 +114,21 @@ pub fn log(x: f32) -> f32 {
     let r = mul(z, horner(z, &LOG_C));
     let hf = mul(mul(0.5, f), f);
     let dk = k as f32;
-    sub(
-        mul(dk, LN2_HI),
-        sub(sub(hf, add(mul(s, add(hf, r)), mul(dk, LN2_LO))), f),
-    )
+    sub(mul(dk, LN2_HI), sub(sub(hf, add(mul(s, add(hf, r)), mul(dk, LN2_LO))), f))
 }
 
 /// `tanh(x) = x + x^3 g(x^2)` on `|x| < 0.55`: g fitted (near-minimax) on `u = x^2` in `[0, 0.3025]`.
-const TANH_C: [f32; 6] = [
-    -3.333_333e-1,
-    1.333_329_5e-1,
-    -5.395_978e-2,
-    2.178_369e-2,
-    -8.416_563e-3,
-    2.398_743e-3,
-];
+const TANH_C: [f32; 6] =
+    [-3.333_333e-1, 1.333_329_5e-1, -5.395_978e-2, 2.178_369e-2, -8.416_563e-3, 2.398_743e-3];
 
 /// Strict hyperbolic tangent.
 ///
 /// ```text
 /// NaN -> NaN
 /// a = |x|
-/// a < 0.55:  u = x*x;  result = x + (x*u)*horner(u, TANH_C)       (tiny x: x*u flushes, result x)
-/// else:      E = exp(2*a);  t = 1 - div(2, E + 1);  result = t with the sign of x
+/// a < 0.55:  u = a*a;  t = a + (a*u)*horner(u, TANH_C)           (tiny a: a*u flushes, t = a)
+/// else:      E = exp(2*a);  t = 1 - div(2, E + 1)
+/// result = t with the sign bit of x (so tanh(-0) = -0)
 ///            (a >= 44.4: E = +inf, div gives 0, t = 1)
 /// ```
 pub fn tanh(x: f32) -> f32 {
@@ -158,12 +137,13 @@ pub fn tanh(x: f32) -> f32 {
         return x;
     }
     let a = abs(x);
-    if a < 0.55 {
-        let u = mul(x, x);
-        return add(x, mul(mul(x, u), horner(u, &TANH_C)));
-    }
-    let e = exp(mul(2.0, a));
-    let t = sub(1.0, div(2.0, add(e, 1.0)));
+    let t = if a < 0.55 {
+        let u = mul(a, a);
+        add(a, mul(mul(a, u), horner(u, &TANH_C)))
+    } else {
+        let e = exp(mul(2.0, a));
+        sub(1.0, div(2.0, add(e, 1.0)))
+    };
     f32::from_bits(t.to_bits() | (x.to_bits() & SIGN))
 }
 
@@ -241,10 +221,13 @@ const ERFC_C: [[f32; 9]; 4] = [
 /// ```text
 /// NaN -> NaN
 /// a = |x|
-/// a < 0.875:   u = x*x;  result = x + x*horner(u, ERF_SMALL)     (tiny x: x*p flushes, result x)
+/// a < 2^-14:   b = 8*a;  y = 0.125*(b + b*ERF_SMALL[0])          (exact scalings keep b*c normal;
+///                                                                 the a^3 term is below 2^-29 a)
+/// a < 0.875:   u = a*a;  y = a + a*horner(u, ERF_SMALL)
 /// a < 3.875:   i = number of ERFC_LO[1..] that are <= a (0..3);  t = a - ERFC_MID[i]
-///              result = (1 - horner(t, ERFC_C[i])) with the sign of x
-/// else:        result = ±1   (erf rounds to 1 in f32 from a ~ 3.8325 on)
+///              y = 1 - horner(t, ERFC_C[i])
+/// else:        y = 1   (erf rounds to 1 in f32 from a ~ 3.8325 on)
+/// result = y with the sign bit of x
 /// ```
 pub fn erf(x: f32) -> f32 {
     let x = canon(x);
@@ -252,11 +235,13 @@ pub fn erf(x: f32) -> f32 {
         return x;
     }
     let a = abs(x);
-    if a < 0.875 {
-        let u = mul(x, x);
-        return add(x, mul(x, horner(u, &ERF_SMALL)));
-    }
-    let y = if a < 3.875 {
+    let y = if a < 6.103_515_6e-5 {
+        let b = mul(8.0, a);
+        mul(0.125, add(b, mul(b, ERF_SMALL[0])))
+    } else if a < 0.875 {
+        let u = mul(a, a);
+        add(a, mul(a, horner(u, &ERF_SMALL)))
+    } else if a < 3.875 {
         let i = ERFC_LO[1..].iter().filter(|&&lo| lo <= a).count();
         let t = sub(a, ERFC_MID[i]);
         sub(1.0, horner(t, &ERFC_C[i]))
