@@ -13,7 +13,7 @@ const MANT: u32 = 0x007f_ffff;
 /// `ln 2` split so that `k * LN2_HI` is exact for `|k| < 256` (LN2_HI has 16 significant bits).
 const LN2_HI: f32 = 0.693_145_75; // 0x3f317200
 const LN2_LO: f32 = 1.428_606_8e-6; // 0x35bfbe8e, ln 2 - LN2_HI rounded
-const LOG2E: f32 = 1.442_695; // 0x3fb8aa3b
+const LOG2E: f32 = std::f32::consts::LOG2_E; // 0x3fb8aa3b
 /// 1.5 * 2^23: `(v + MAGIC) - MAGIC` rounds `v` to the nearest integer (ties to even), |v| < 2^22.
 const MAGIC: f32 = 12_582_912.0;
 
