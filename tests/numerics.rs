@@ -493,3 +493,26 @@ fn exhaustive_f16_bf16_conversions() {
         assert_eq!(nm::f32_to_bf16_bits(x), half::bf16::from_f32(xc).to_bits(), "{b:#x}");
     }
 }
+
+/// recip, sqrt and rsqrt work on the significand (recip: [1, 2); sqrt, rsqrt: [1, 4)) and put the
+/// exponent back with integer arithmetic, so their error depends only on the significand (and on
+/// the exponent only at overflow/underflow). This runs *every* significand (2^23 for recip,
+/// 2^24 for sqrt/rsqrt) at one exponent, then every exponent for every 61st significand; together
+/// that is the exhaustive result for these three functions.
+#[test]
+#[ignore = "2^24 significands x 3 functions; run in release"]
+fn exhaustive_significands_recip_sqrt_rsqrt() {
+    for name in ["recip", "sqrt", "rsqrt"] {
+        let case = cases().into_iter().find(|c| c.name == name).unwrap();
+        let (lo, hi) =
+            if name == "recip" { (0x3f80_0000u32, 0x4000_0000u32) } else { (0x3f80_0000, 0x4080_0000) };
+        let (e1, x1) = measure(&case, (lo..hi).map(f32::from_bits));
+        let all_exp = (0u32..0x80_0000).step_by(61).flat_map(|m| {
+            (0u32..512).map(move |se| f32::from_bits(((se & 0x100) << 23) | ((se & 0xff) << 23) | m))
+        });
+        let (e2, x2) = measure(&case, all_exp);
+        let (e, x) = if e2 > e1 { (e2, x2) } else { (e1, x1) };
+        println!("EXHAUSTIVE-SIGNIFICANDS {name}: max {e:.9} ulp at {x:e} ({:#010x})", x.to_bits());
+        assert!(e <= case.bound);
+    }
+}
