@@ -5,12 +5,19 @@
 //! ```text
 //! prog.s --asm--> Program --to_bytes--> .bib --format::Program::load--> Program
 //!        --verify--> VerifiedProgram (decoded code, shapes, memory plan)
+//!        --vm--> exec::cpu --> outputs, trace, profile
 //! ```
 //!
 //! The instruction set is generated from `opcodes/isa.toml`; see docs/ISA.md.
 
 pub mod asm;
+pub mod exec;
 pub mod format;
 pub mod isa;
+pub mod npy;
+pub mod numerics;
+pub mod profile;
 pub mod rand;
+pub mod trace;
 pub mod verify;
+pub mod vm;

@@ -9,10 +9,9 @@
 //! - [`philox_uniform`] uses word 0 of the block: `(w0 >> 8) * 2^-24`, a multiple of 2^-24 in
 //!   [0, 1). It is exact integer and power-of-two arithmetic, so every executor can reproduce it
 //!   bit for bit.
-//! - [`philox_normal`] is Box-Muller over words 0 and 1 computed in f64 (`ln`, `sqrt`, `cos`)
-//!   and rounded to f32. It is meant for assembly-time constants (`rand(seed, normal)`): the
-//!   f64 libm calls are not guaranteed to be correctly rounded, so the VM's strict RAND
-//!   opcode must not assume it reproduces these bits.
+//! - [`philox_normal`] is Box-Muller over words 0 and 1 computed only with the strict
+//!   operations of `crate::numerics`, so it too gives the same bits on every executor. The
+//!   assembler's `rand(seed, normal)` constants and the RAND opcode share it.
 
 /// Philox-4x32 multipliers and Weyl key increments (Random123's PHILOX_M4x32_* / PHILOX_W32_*).
 const M0: u32 = 0xD251_1F53;
@@ -57,14 +56,68 @@ pub fn philox_uniform(seed: u32, index: u64) -> f32 {
     u32_to_unit(block(seed, index)[0])
 }
 
-/// Element `index` of a standard normal random tensor with `seed` (Box-Muller in f64; see the
-/// module docs for why this is an assembly-time generator only).
+/// A standard normal sample for element `index`: Box-Muller over words 0 and 1 of the Philox
+/// block, computed only with the strict operations of `crate::numerics`, so every executor
+/// gives the same bits. Steps (each a flushed f32 operation):
+/// 1. `u1 = ((w0 >> 8) + 1) * 2^-24`, in (0, 1] (never 0, so the log is finite);
+/// 2. `r = sqrt(-2 * log(u1))`;
+/// 3. the angle 2π·u2 from the top 24 bits of w1, m = w1 >> 8: the quadrant q = m >> 22 and the
+///    fraction f = (m & 0x3FFFFF) * 2^-22 are exact; θ = f * (π/2) in [0, π/2);
+/// 4. sin θ and cos θ by their Taylor polynomials to degree 13 and 14 (Horner, mul then add;
+///    truncation error below 1e-9 on [0, π/2]);
+/// 5. cos(2π·u2) = cos θ, -sin θ, -cos θ, sin θ for q = 0, 1, 2, 3; the sample is r times it.
 pub fn philox_normal(seed: u32, index: u64) -> f32 {
+    use crate::numerics as nx;
     let w = block(seed, index);
-    // u1 in (0, 1] so that ln(u1) is finite; u2 in [0, 1).
-    let u1 = ((w[0] >> 8) as f64 + 1.0) * (1.0 / 16_777_216.0);
-    let u2 = (w[1] >> 8) as f64 * (1.0 / 16_777_216.0);
-    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    let u1 = nx::mul(((w[0] >> 8) + 1) as f32, 1.0 / 16_777_216.0);
+    let r = nx::sqrt(nx::mul(-2.0, nx::log(u1)));
+    let m = w[1] >> 8;
+    let q = m >> 22;
+    let f = nx::mul((m & 0x3F_FFFF) as f32, 1.0 / 4_194_304.0);
+    let theta = nx::mul(f, std::f32::consts::FRAC_PI_2);
+    let t2 = nx::mul(theta, theta);
+    // sin θ = θ (1 - t2/3! (1 - t2/(4·5) (1 - ...))) written as a polynomial in t2 with
+    // coefficients (-1)^k / (2k+1)!, evaluated from the highest degree down.
+    const SIN: [f32; 7] = [
+        1.0,
+        -1.0 / 6.0,
+        1.0 / 120.0,
+        -1.0 / 5040.0,
+        1.0 / 362_880.0,
+        -1.0 / 39_916_800.0,
+        1.0 / 6_227_020_800.0,
+    ];
+    const COS: [f32; 8] = [
+        1.0,
+        -0.5,
+        1.0 / 24.0,
+        -1.0 / 720.0,
+        1.0 / 40320.0,
+        -1.0 / 3_628_800.0,
+        1.0 / 479_001_600.0,
+        -1.0 / 87_178_291_200.0,
+    ];
+    let horner = |c: &[f32]| c.iter().rev().fold(0.0f32, |acc, &k| nx::add(nx::mul(acc, t2), k));
+    let sin = nx::mul(theta, horner(&SIN));
+    let cos = horner(&COS);
+    let c = match q {
+        0 => cos,
+        1 => -sin,
+        2 => -cos,
+        _ => sin,
+    };
+    nx::mul(r, c)
+}
+
+/// Fills `out` as the RAND opcode does: element i is `philox_uniform(seed, i)` or
+/// `philox_normal(seed, i)`.
+pub fn fill_strict(seed: u32, dist: crate::isa::Dist, out: &mut [f32]) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = match dist {
+            crate::isa::Dist::Uniform => philox_uniform(seed, i as u64),
+            crate::isa::Dist::Normal => philox_normal(seed, i as u64),
+        };
+    }
 }
 
 #[cfg(test)]

@@ -69,14 +69,13 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo]) -> Result
         });
     }
 
-    states[0] =
-        Some(State {
-            alloc: BTreeMap::new(),
-            freed: BTreeMap::new(),
-            outs: vec![false; nout],
-            init: BTreeSet::new(),
-            from: None,
-        });
+    states[0] = Some(State {
+        alloc: BTreeMap::new(),
+        freed: BTreeMap::new(),
+        outs: vec![false; nout],
+        init: BTreeSet::new(),
+        from: None,
+    });
     let mut work: BTreeSet<usize> = BTreeSet::from([0]);
     while let Some(i) = work.pop_first() {
         let Some(st) = states.get(i).and_then(|s| s.as_ref()) else { continue };

@@ -1,0 +1,396 @@
+// strict.glsl -- adeadvm strict-tier scalar math, the GLSL twin of src/numerics (Rust).
+//
+// Every function here repeats, step for step, the Rust function of the same name in
+// adeadvm::numerics; the step lists are in the Rust doc comments and docs/numerics.md. Rules:
+//  * float arithmetic is only add/sub/mul, each on a `precise` variable (SPIR-V NoContraction, so
+//    never fused into an FMA), with inputs and result flushed (denormal -> signed zero) and NaN
+//    canonicalized to 0x7fc00000 explicitly: lavapipe keeps denormals, NVIDIA flushes them;
+//  * everything else is comparisons, selects and integer operations on floatBitsToUint;
+//  * no `/`, sqrt, inversesqrt, exp, log, fma, or packHalf2x16 (all vendor-rounded);
+//  * every constant is written as its bits (uintBitsToFloat), never as a decimal literal.
+// Include with:  #extension GL_GOOGLE_include_directive : require
+//                #include "strict.glsl"
+#ifndef ADEADVM_STRICT_GLSL
+#define ADEADVM_STRICT_GLSL
+
+#define S_F(bits) uintBitsToFloat(bits)
+const uint STRICT_CANONICAL_NAN = 0x7fc00000u;
+const uint S_SIGN = 0x80000000u;
+const uint S_MANT = 0x007fffffu;
+
+bool strict_isnan(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }
+
+float strict_ftz(float x) {
+    uint b = floatBitsToUint(x);
+    return ((b & 0x7f800000u) == 0u) ? S_F(b & S_SIGN) : x;
+}
+
+float strict_canon(float x) { return strict_isnan(x) ? S_F(STRICT_CANONICAL_NAN) : strict_ftz(x); }
+
+float strict_add(float a, float b) {
+    precise float r = strict_canon(a) + strict_canon(b);
+    return strict_canon(r);
+}
+float strict_sub(float a, float b) {
+    precise float r = strict_canon(a) - strict_canon(b);
+    return strict_canon(r);
+}
+float strict_mul(float a, float b) {
+    precise float r = strict_canon(a) * strict_canon(b);
+    return strict_canon(r);
+}
+
+float strict_i_nan() { return S_F(STRICT_CANONICAL_NAN); }
+float strict_i_neg(float x) {
+    x = strict_canon(x);
+    return strict_isnan(x) ? x : S_F(floatBitsToUint(x) ^ S_SIGN);
+}
+float strict_i_abs(float x) { return S_F(floatBitsToUint(strict_canon(x)) & 0x7fffffffu); }
+
+float strict_max(float a, float b) {
+    a = strict_canon(a);
+    b = strict_canon(b);
+    if (strict_isnan(a) || strict_isnan(b)) return strict_i_nan();
+    if (a == b) return S_F(floatBitsToUint(a) & floatBitsToUint(b));
+    return (a > b) ? a : b;
+}
+float strict_min(float a, float b) {
+    a = strict_canon(a);
+    b = strict_canon(b);
+    if (strict_isnan(a) || strict_isnan(b)) return strict_i_nan();
+    if (a == b) return S_F(floatBitsToUint(a) | floatBitsToUint(b));
+    return (a < b) ? a : b;
+}
+
+// Dekker's exact product (Veltkamp split, C = 4097): a*b = p + e.
+void strict_i_two_prod(float a, float b, out float p, out float e) {
+    float C = S_F(0x45801000u); // 4097
+    float t = strict_mul(C, a);
+    float ah = strict_sub(t, strict_sub(t, a));
+    float al = strict_sub(a, ah);
+    t = strict_mul(C, b);
+    float bh = strict_sub(t, strict_sub(t, b));
+    float bl = strict_sub(b, bh);
+    p = strict_mul(a, b);
+    e = strict_add(strict_add(strict_add(strict_sub(strict_mul(ah, bh), p), strict_mul(ah, bl)),
+                              strict_mul(al, bh)),
+                   strict_mul(al, bl));
+}
+
+int strict_i_expfield(float x) { return int((floatBitsToUint(x) >> 23) & 0xffu); }
+float strict_i_significand(float x) { return S_F((floatBitsToUint(x) & S_MANT) | 0x3f800000u); }
+
+float strict_i_scale_bits(float m, int k, uint sign) {
+    int e = strict_i_expfield(m) + k;
+    if (e >= 255) return S_F(0x7f800000u | sign);
+    if (e <= 0) return S_F(sign);
+    return S_F((floatBitsToUint(m) & S_MANT) | (uint(e) << 23) | sign);
+}
+
+// ulp of a positive normal v, and the ulp just below v.
+void strict_i_ulps(float v, out float up, out float down) {
+    uint e = (floatBitsToUint(v) >> 23) & 0xffu;
+    up = S_F((e - 23u) << 23);
+    down = ((floatBitsToUint(v) & S_MANT) == 0u) ? S_F((e - 24u) << 23) : up;
+}
+
+float strict_i_recip_seed(float m) {
+    float y = strict_sub(S_F(0x3fb4b4b5u), strict_mul(S_F(0x3ef0f0f1u), m)); // 24/17 - 8/17 m
+    for (int i = 0; i < 3; i++) {
+        float e = strict_sub(1.0, strict_mul(m, y));
+        y = strict_add(y, strict_mul(y, e));
+    }
+    return y;
+}
+
+float strict_div(float a, float b) {
+    a = strict_canon(a);
+    b = strict_canon(b);
+    if (strict_isnan(a) || strict_isnan(b)) return strict_i_nan();
+    uint sign = (floatBitsToUint(a) ^ floatBitsToUint(b)) & S_SIGN;
+    uint ua = floatBitsToUint(a) & ~S_SIGN;
+    uint ub = floatBitsToUint(b) & ~S_SIGN;
+    bool a_zero = ua == 0u, b_zero = ub == 0u;
+    bool a_inf = ua == 0x7f800000u, b_inf = ub == 0x7f800000u;
+    if ((a_zero && b_zero) || (a_inf && b_inf)) return strict_i_nan();
+    if (a_inf || b_zero) return S_F(0x7f800000u | sign);
+    if (a_zero || b_inf) return S_F(sign);
+    float ma = strict_i_significand(a), mb = strict_i_significand(b);
+    float y = strict_i_recip_seed(mb);
+    float q0 = strict_mul(ma, y);
+    float ph, pl;
+    strict_i_two_prod(q0, mb, ph, pl);
+    float r = strict_sub(strict_sub(ma, ph), pl);
+    float q = strict_add(q0, strict_mul(r, y));
+    strict_i_two_prod(q, mb, ph, pl);
+    r = strict_sub(strict_sub(ma, ph), pl);
+    float u, ud;
+    strict_i_ulps(q, u, ud);
+    if (r > strict_mul(mb, strict_mul(0.5, u))) {
+        q = strict_add(q, u);
+    } else if (strict_i_neg(r) > strict_mul(mb, strict_mul(0.5, ud))) {
+        q = strict_sub(q, ud);
+    }
+    return strict_i_scale_bits(q, strict_i_expfield(a) - strict_i_expfield(b), sign);
+}
+
+float strict_recip(float x) { return strict_div(1.0, x); }
+
+// x = m * 4^h, m in [1, 4).
+float strict_i_split_even(float x, out int h) {
+    int e = strict_i_expfield(x) - 127;
+    int odd = e & 1;
+    h = (e - odd) >> 1;
+    return S_F((floatBitsToUint(x) & S_MANT) | (uint(127 + odd) << 23));
+}
+
+float strict_i_rsqrt_seed(float m) {
+    float y = S_F(0x5f3759dfu - (floatBitsToUint(m) >> 1));
+    float hm = strict_mul(0.5, m);
+    for (int i = 0; i < 3; i++) {
+        y = strict_mul(y, strict_sub(1.5, strict_mul(strict_mul(hm, y), y)));
+    }
+    return y;
+}
+
+float strict_sqrt(float x) {
+    x = strict_canon(x);
+    uint b = floatBitsToUint(x);
+    if (strict_isnan(x) || (b & ~S_SIGN) == 0u || b == 0x7f800000u) return x;
+    if ((b & S_SIGN) != 0u) return strict_i_nan();
+    int h;
+    float m = strict_i_split_even(x, h);
+    float y = strict_i_rsqrt_seed(m);
+    float s0 = strict_mul(m, y);
+    float ph, pl;
+    strict_i_two_prod(s0, s0, ph, pl);
+    float r = strict_sub(strict_sub(m, ph), pl);
+    float s = strict_add(s0, strict_mul(r, strict_mul(0.5, y)));
+    strict_i_two_prod(s, s, ph, pl);
+    r = strict_sub(strict_sub(m, ph), pl);
+    float u, ud;
+    strict_i_ulps(s, u, ud);
+    if (r > strict_mul(s, u)) {
+        s = strict_add(s, u);
+    } else if (r <= strict_i_neg(strict_mul(s, ud))) {
+        s = strict_sub(s, ud);
+    }
+    return strict_i_scale_bits(s, h, 0u);
+}
+
+float strict_rsqrt(float x) {
+    x = strict_canon(x);
+    uint b = floatBitsToUint(x);
+    if (strict_isnan(x)) return x;
+    if ((b & ~S_SIGN) == 0u) return S_F(0x7f800000u | b);
+    if ((b & S_SIGN) != 0u) return strict_i_nan();
+    if (b == 0x7f800000u) return 0.0;
+    int h;
+    float m = strict_i_split_even(x, h);
+    float y = strict_i_rsqrt_seed(m);
+    float yh, yl, ph, pl;
+    strict_i_two_prod(y, y, yh, yl);
+    strict_i_two_prod(m, yh, ph, pl);
+    float e = strict_sub(strict_sub(strict_sub(1.0, ph), pl), strict_mul(m, yl));
+    float z = strict_add(y, strict_mul(y, strict_mul(0.5, e)));
+    return strict_i_scale_bits(z, -h, 0u);
+}
+
+// ---- exp / log ----
+
+#define S_LN2_HI S_F(0x3f317200u)
+#define S_LN2_LO S_F(0x35bfbe8eu)
+#define S_LOG2E S_F(0x3fb8aa3bu)
+#define S_MAGIC S_F(0x4b400000u) // 1.5 * 2^23
+
+float strict_exp(float x) {
+    x = strict_canon(x);
+    if (strict_isnan(x)) return x;
+    if (x > S_F(0x42b1999au)) return S_F(0x7f800000u); // 88.8
+    if (x < S_F(0xc2d00000u)) return 0.0;              // -104
+    float k = strict_sub(strict_add(strict_mul(x, S_LOG2E), S_MAGIC), S_MAGIC);
+    float r = strict_sub(strict_sub(x, strict_mul(k, S_LN2_HI)), strict_mul(k, S_LN2_LO));
+    // horner(r, [1/2!, ..., 1/7!])
+    float q = S_F(0x39500d01u);
+    q = strict_add(S_F(0x3ab60b61u), strict_mul(q, r));
+    q = strict_add(S_F(0x3c088889u), strict_mul(q, r));
+    q = strict_add(S_F(0x3d2aaaabu), strict_mul(q, r));
+    q = strict_add(S_F(0x3e2aaaabu), strict_mul(q, r));
+    q = strict_add(S_F(0x3f000000u), strict_mul(q, r));
+    float m = strict_add(1.0, strict_add(r, strict_mul(strict_mul(r, r), q)));
+    int e = strict_i_expfield(m) + int(k);
+    if (e >= 255) return S_F(0x7f800000u);
+    if (e <= 0) return 0.0;
+    return S_F((floatBitsToUint(m) & S_MANT) | (uint(e) << 23));
+}
+
+float strict_log(float x) {
+    x = strict_canon(x);
+    uint b = floatBitsToUint(x);
+    if (strict_isnan(x)) return x;
+    if ((b & ~S_SIGN) == 0u) return S_F(0xff800000u);
+    if ((b & S_SIGN) != 0u) return strict_i_nan();
+    if (b == 0x7f800000u) return x;
+    int e = int((b >> 23) & 0xffu) - 127;
+    uint mb = b & S_MANT;
+    float m;
+    int k;
+    if (mb >= 0x3504f3u) {
+        m = S_F(mb | (126u << 23));
+        k = e + 1;
+    } else {
+        m = S_F(mb | (127u << 23));
+        k = e;
+    }
+    float f = strict_sub(m, 1.0);
+    float s = strict_div(f, strict_add(2.0, f));
+    float z = strict_mul(s, s);
+    // horner(z, [2/3, 2/5, 2/7, 2/9, 2/11])
+    float R = S_F(0x3e3a2e8cu);
+    R = strict_add(S_F(0x3e638e39u), strict_mul(R, z));
+    R = strict_add(S_F(0x3e924925u), strict_mul(R, z));
+    R = strict_add(S_F(0x3ecccccdu), strict_mul(R, z));
+    R = strict_add(S_F(0x3f2aaaabu), strict_mul(R, z));
+    R = strict_mul(z, R);
+    float hf = strict_mul(strict_mul(0.5, f), f);
+    float dk = float(k); // exact: |k| < 2^24
+    return strict_sub(strict_mul(dk, S_LN2_HI),
+                      strict_sub(strict_sub(hf, strict_add(strict_mul(s, strict_add(hf, R)),
+                                                           strict_mul(dk, S_LN2_LO))),
+                                 f));
+}
+
+// ---- tanh / sigmoid ----
+
+float strict_tanh(float x) {
+    x = strict_canon(x);
+    if (strict_isnan(x)) return x;
+    float a = strict_i_abs(x);
+    float t;
+    if (a < S_F(0x3f0ccccdu)) { // 0.55
+        float u = strict_mul(a, a);
+        float g = S_F(0x3b1d343bu);
+        g = strict_add(S_F(0xbc09e5a0u), strict_mul(g, u));
+        g = strict_add(S_F(0x3cb273b6u), strict_mul(g, u));
+        g = strict_add(S_F(0xbd5d04eeu), strict_mul(g, u));
+        g = strict_add(S_F(0x3e08886fu), strict_mul(g, u));
+        g = strict_add(S_F(0xbeaaaaaau), strict_mul(g, u));
+        t = strict_add(a, strict_mul(strict_mul(a, u), g));
+    } else {
+        float E = strict_exp(strict_mul(2.0, a));
+        t = strict_sub(1.0, strict_div(2.0, strict_add(E, 1.0)));
+    }
+    return S_F(floatBitsToUint(t) | (floatBitsToUint(x) & S_SIGN));
+}
+
+float strict_sigmoid(float x) { return strict_recip(strict_add(1.0, strict_exp(strict_i_neg(x)))); }
+
+// ---- erf / gelu ----
+
+const uint S_ERFC_C[36] = uint[36](
+    0x3de494b6u, 0xbea2f4ceu, 0x3eb75368u, 0xbe2659e5u, 0xbce528ddu, 0x3d7b2bf8u, 0xbc7e5d83u, 0xbc1c8a7eu, 0x3bbf4ac7u,
+    0x3c8b5926u, 0xbd85fcbfu, 0x3de21a82u, 0xbdd1b481u, 0x3d4b243fu, 0xbb33897du, 0xbc3f6eceu, 0x3bc5a121u, 0xb82bced2u,
+    0x3a4d3e18u, 0xbb8348cfu, 0x3c1be66eu, 0xbc60f43fu, 0x3c572c17u, 0xbc091b59u, 0x3b4c4048u, 0xb79cefffu, 0xba20c494u,
+    0x363c4370u, 0xb7a26825u, 0x38868a11u, 0xb90e24dfu, 0x395483f8u, 0xb96ae5a7u, 0x394e63fau, 0xb91c6142u, 0x389337cau);
+const uint S_ERFC_MID[4] = uint[4](0x3f900000u, 0x3fd80000u, 0x40180000u, 0x40540000u);
+const uint S_ERFC_LO[4] = uint[4](0x3f600000u, 0x3fb00000u, 0x40000000u, 0x40300000u);
+
+float strict_erf(float x) {
+    x = strict_canon(x);
+    if (strict_isnan(x)) return x;
+    float a = strict_i_abs(x);
+    float y;
+    if (a < S_F(0x38800000u)) { // 2^-14
+        float b = strict_mul(8.0, a);
+        y = strict_mul(0.125, strict_add(b, strict_mul(b, S_F(0x3e0375d4u))));
+    } else if (a < S_F(0x3f600000u)) { // 0.875
+        float u = strict_mul(a, a);
+        float p = S_F(0x38b67198u);
+        p = strict_add(S_F(0xba57654bu), strict_mul(p, u));
+        p = strict_add(S_F(0x3baaa16eu), strict_mul(p, u));
+        p = strict_add(S_F(0xbcdc0d3cu), strict_mul(p, u));
+        p = strict_add(S_F(0x3de71747u), strict_mul(p, u));
+        p = strict_add(S_F(0xbec093a2u), strict_mul(p, u));
+        p = strict_add(S_F(0x3e0375d4u), strict_mul(p, u));
+        y = strict_add(a, strict_mul(a, p));
+    } else if (a < S_F(0x40780000u)) { // 3.875
+        int i = 0;
+        for (int j = 1; j < 4; j++) {
+            if (S_F(S_ERFC_LO[j]) <= a) i++;
+        }
+        float t = strict_sub(a, S_F(S_ERFC_MID[i]));
+        float q = S_F(S_ERFC_C[i * 9 + 8]);
+        for (int j = 7; j >= 0; j--) {
+            q = strict_add(S_F(S_ERFC_C[i * 9 + j]), strict_mul(q, t));
+        }
+        y = strict_sub(1.0, q);
+    } else {
+        y = 1.0;
+    }
+    return S_F(floatBitsToUint(y) | (floatBitsToUint(x) & S_SIGN));
+}
+
+float strict_gelu(float x) {
+    x = strict_canon(x);
+    if (floatBitsToUint(x) == 0xff800000u) return S_F(S_SIGN);
+    return strict_mul(strict_mul(0.5, x), strict_add(1.0, strict_erf(strict_mul(x, S_F(0x3f3504f3u)))));
+}
+
+// ---- f16 / bf16 (integer only; packHalf2x16 rounding is implementation-defined) ----
+
+uint strict_i_shr_rne(uint v, uint s) {
+    uint q = v >> s;
+    uint rem = v & ((1u << s) - 1u);
+    uint half_ = 1u << (s - 1u);
+    return (rem > half_ || (rem == half_ && (q & 1u) == 1u)) ? q + 1u : q;
+}
+
+uint strict_f32_to_f16_bits(float x) {
+    x = strict_canon(x);
+    if (strict_isnan(x)) return 0x7e00u;
+    uint b = floatBitsToUint(x);
+    uint sign = (b >> 16) & 0x8000u;
+    uint a = b & 0x7fffffffu;
+    if (a >= 0x7f800000u) return sign | 0x7c00u;
+    if (a == 0u) return sign;
+    int e = int(a >> 23) - 127;
+    uint full = (a & S_MANT) | 0x800000u;
+    uint h;
+    if (e > 15) h = 0x7c00u;
+    else if (e >= -14) h = strict_i_shr_rne((uint(e + 15) << 23) | (a & S_MANT), 13u);
+    else if (e >= -25) h = strict_i_shr_rne(full, uint(-1 - e));
+    else h = 0u;
+    return sign | h;
+}
+
+float strict_f16_bits_to_f32(uint h) {
+    uint sign = (h & 0x8000u) << 16;
+    uint e = (h >> 10) & 0x1fu;
+    uint m = h & 0x3ffu;
+    uint bits;
+    if (e == 31u) {
+        if (m != 0u) return strict_i_nan();
+        bits = 0x7f800000u;
+    } else if (e == 0u) {
+        if (m == 0u) {
+            bits = 0u;
+        } else {
+            uint p = uint(findMSB(m));
+            bits = ((p + 103u) << 23) | ((m << (23u - p)) & S_MANT);
+        }
+    } else {
+        bits = ((e + 112u) << 23) | (m << 13);
+    }
+    return S_F(sign | bits);
+}
+
+uint strict_f32_to_bf16_bits(float x) {
+    x = strict_canon(x);
+    if (strict_isnan(x)) return 0x7fc0u;
+    uint b = floatBitsToUint(x);
+    return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+}
+
+float strict_bf16_bits_to_f32(uint h) { return strict_canon(S_F(h << 16)); }
+
+#endif // ADEADVM_STRICT_GLSL

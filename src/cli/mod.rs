@@ -1,0 +1,282 @@
+//! Subcommands and their shared plumbing (loading `.s` or `.bib`, atomic output files).
+
+mod run;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use adeadvm::asm::{self, AsmOptions, DisasmOptions};
+use adeadvm::format::{digest_hex, Program};
+use adeadvm::verify;
+
+/// A deterministic bytecode virtual machine for tensor programs.
+#[derive(Parser)]
+#[command(name = "adeadvm", version, about, long_about = None, arg_required_else_help = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Assemble a .s file into a verified .bib program.
+    Asm(AsmArgs),
+    /// Print a .bib program as assembly that assembles back to the same bytes.
+    Disasm(DisasmArgs),
+    /// Verify a program and print its digest and memory plan.
+    Verify(VerifyArgs),
+    /// Run a program (.bib, or .s assembled in memory) on .npy inputs.
+    Run(RunArgs),
+    /// Re-run a recorded run and prove the results identical bit for bit, or name the first
+    /// instruction that differs.
+    Replay(ReplayArgs),
+    /// Show this machine: CPU features, memory, executors and the determinism tier each gives.
+    Info,
+}
+
+/// How to read a program given on the command line (.bib, or .s assembled in memory).
+#[derive(Args, Clone)]
+struct SourceArgs {
+    /// Define NAME=VALUE for the assembler (used as ${NAME} and as a dimension); repeatable.
+    #[arg(short = 'D', value_name = "NAME=VALUE", value_parser = parse_define)]
+    define: Vec<(String, String)>,
+}
+
+#[derive(Args)]
+struct AsmArgs {
+    /// The assembly source file.
+    input: PathBuf,
+    /// Where to write the program (default: the input with the extension .bib).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Write the program even if the verifier rejects it (for testing the verifier).
+    #[arg(long)]
+    no_verify: bool,
+}
+
+#[derive(Args)]
+struct DisasmArgs {
+    /// The program (.bib).
+    input: PathBuf,
+    /// Write the assembly here instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Write constants of more than 64 elements as .npy files in this folder (default with -o:
+    /// FILE.data next to it; without -o every constant is printed inline).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// The program (.bib, or .s assembled in memory).
+    input: PathBuf,
+    /// Bind a symbolic dimension for the memory plan; unbound ones are taken as 1. Repeatable.
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = parse_dim)]
+    dims: Vec<(String, u64)>,
+    #[command(flatten)]
+    source: SourceArgs,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The program (.bib, or .s assembled in memory).
+    program: PathBuf,
+    /// Bind an input to a .npy file; repeatable.
+    #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    inputs: Vec<(String, PathBuf)>,
+    /// Write an output to a .npy file; repeatable. Outputs not named here are summarized.
+    #[arg(short, long = "output", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    outputs: Vec<(String, PathBuf)>,
+    /// Override the program's determinism tier.
+    #[arg(long, value_parser = ["strict", "fast"])]
+    tier: Option<String>,
+    /// Print a per-opcode profile (count, time, GFLOP/s, GB/s) to stderr.
+    #[arg(long)]
+    profile: bool,
+    /// Write a Chrome/Perfetto trace of the run (one event per instruction).
+    #[arg(long, value_name = "FILE.json")]
+    profile_json: Option<PathBuf>,
+    /// Record the run (inputs and a digest of every tensor written) for `adeadvm replay`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// Memory budget in bytes (suffixes K, M, G allowed); default: the memory available now.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    max_memory: Option<u64>,
+    /// End the run after this many executed instructions.
+    #[arg(long, value_name = "N")]
+    max_steps: Option<u64>,
+    #[command(flatten)]
+    source: SourceArgs,
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// The program (.bib, or .s assembled in memory).
+    program: PathBuf,
+    /// The trace written by `adeadvm run --record`.
+    trace: PathBuf,
+    /// Override the determinism tier for the replay.
+    #[arg(long, value_parser = ["strict", "fast"])]
+    tier: Option<String>,
+    #[command(flatten)]
+    source: SourceArgs,
+}
+
+fn parse_binding(s: &str) -> std::result::Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok((k.to_string(), PathBuf::from(v))),
+        _ => Err(format!("expected NAME=FILE, got `{s}`")),
+    }
+}
+
+fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let (num, mult) = match s.trim().char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("`{s}` is not a byte count (e.g. 512M, 2G)"))
+}
+
+fn parse_define(s: &str) -> std::result::Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if adeadvm::format::is_identifier(k) => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE with NAME an identifier, got `{s}`")),
+    }
+}
+
+fn parse_dim(s: &str) -> std::result::Result<(String, u64), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("expected NAME=N, got `{s}`"))?;
+    let n = v.parse::<u64>().map_err(|_| format!("`{v}` is not a non-negative integer"))?;
+    Ok((k.to_string(), n))
+}
+
+/// Runs the command line; returns the process exit status.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    // A panic is a bug in adeadvm, never the user's fault; it still must not end in Rust's
+    // status 101 with a backtrace, so report it as one line and fail with status 1.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("adeadvm: internal error: {info}. Please report this with the input that caused it.");
+    }));
+    let result = std::panic::catch_unwind(|| match cli.command {
+        Command::Asm(a) => cmd_asm(a),
+        Command::Disasm(a) => cmd_disasm(a),
+        Command::Verify(a) => cmd_verify(a),
+        Command::Run(a) => run::cmd_run(a),
+        Command::Replay(a) => run::cmd_replay(a),
+        Command::Info => run::cmd_info(),
+    });
+    match result {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            report(&e);
+            1
+        }
+        Err(_) => 1,
+    }
+}
+
+fn report(e: &anyhow::Error) {
+    // Assembler diagnostics are already complete, multi-line, rustc-style text.
+    if let Some(asm) = e.downcast_ref::<asm::AsmErrors>() {
+        eprint!("{asm}");
+        return;
+    }
+    let mut msg = format!("error: {e}");
+    for cause in e.chain().skip(1) {
+        msg.push_str(&format!(": {cause}"));
+    }
+    eprintln!("{msg}");
+}
+
+/// Reads a program: a .s file is assembled in memory, anything else is loaded as .bib.
+fn load_program(path: &Path, source: &SourceArgs) -> Result<Program> {
+    if path.extension().is_some_and(|e| e == "s") {
+        let program = assemble_file(path, source)?;
+        // Loading from bytes sets the digest: the program's identity is its encoded form.
+        return Ok(Program::from_bytes(program.to_bytes())?);
+    }
+    Ok(Program::load(path)?)
+}
+
+fn assemble_file(path: &Path, source: &SourceArgs) -> Result<Program> {
+    let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = String::from_utf8(text).map_err(|_| anyhow!("{} is not UTF-8 text", path.display()))?;
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let options = AsmOptions { defines: source.define.clone(), base_dir };
+    Ok(asm::assemble(&text, &path.display().to_string(), &options)?)
+}
+
+fn cmd_asm(a: AsmArgs) -> Result<()> {
+    let program = assemble_file(&a.input, &a.source)?;
+    let bytes = program.to_bytes();
+    let program = Program::from_bytes(bytes.clone())?;
+    if !a.no_verify {
+        verify::verify(program.clone())?;
+    }
+    let out = a.output.unwrap_or_else(|| a.input.with_extension("bib"));
+    write_atomically(&out, &bytes)?;
+    eprintln!(
+        "wrote {} ({} instructions, {} tensors, {} bytes, digest {})",
+        out.display(),
+        program.code.len(),
+        program.tensors.len(),
+        bytes.len(),
+        &digest_hex(&program.digest)[..16]
+    );
+    Ok(())
+}
+
+fn cmd_disasm(a: DisasmArgs) -> Result<()> {
+    let program = Program::load(&a.input)?;
+    let data_dir =
+        a.data_dir.or_else(|| a.output.as_ref().map(|o| PathBuf::from(format!("{}.data", o.display()))));
+    // Paths of .npy constants are written relative to where the assembly goes.
+    let asm_dir = match a.output.as_ref().and_then(|o| o.parent()) {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let text = asm::disassemble(&program, &DisasmOptions { data_dir, asm_dir })?;
+    match a.output {
+        Some(out) => write_atomically(&out, text.as_bytes()),
+        None => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            match stdout.write_all(text.as_bytes()) {
+                // A closed pipe (`| head`) is not an error worth reporting.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                r => r.context("cannot write to standard output"),
+            }
+        }
+    }
+}
+
+fn cmd_verify(a: VerifyArgs) -> Result<()> {
+    let program = load_program(&a.input, &a.source)?;
+    let verified = verify::verify(program)?;
+    print!("{}", verified.report(&a.dims)?);
+    Ok(())
+}
+
+/// Writes through a temporary file and a rename (see `adeadvm::npy::write_atomically`).
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    adeadvm::npy::write_atomically(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}

@@ -1,0 +1,244 @@
+//! `adeadvm run`, `replay` and `info`.
+
+use std::io::IsTerminal;
+use std::ops::ControlFlow;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use adeadvm::format::digest_hex;
+use adeadvm::isa::Tier;
+use adeadvm::profile::{Fanout, Profiler};
+use adeadvm::trace::{Recorder, Replayer, Trace, DEFAULT_VALUE_BUDGET};
+use adeadvm::verify::{self, VerifiedProgram};
+use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig};
+
+use super::{load_program, ReplayArgs, RunArgs, SourceArgs};
+
+/// Loads, applies a tier override, and verifies.
+fn prepare(path: &Path, source: &SourceArgs, tier: Option<&str>) -> Result<Arc<VerifiedProgram>> {
+    let mut program = load_program(path, source)?;
+    if let Some(t) = tier {
+        program.tier = Tier::from_name(t).ok_or_else(|| anyhow!("unknown tier `{t}`"))?;
+    }
+    Ok(Arc::new(verify::verify(program)?))
+}
+
+pub fn cmd_run(a: RunArgs) -> Result<()> {
+    let program = prepare(&a.program, &a.source, a.tier.as_deref())?;
+    let p = program.program();
+    for (name, _) in &a.outputs {
+        if !p.outputs.iter().any(|o| &o.name == name) {
+            let known: Vec<&str> = p.outputs.iter().map(|o| o.name.as_str()).collect();
+            bail!(
+                "--output {name}: the program has no output `{name}` (its outputs are: {})",
+                known.join(", ")
+            );
+        }
+    }
+    let config = VmConfig { max_memory: a.max_memory, max_steps: a.max_steps };
+    let mut vm = Vm::new(program.clone(), config)?;
+    let mut recorded_inputs = Vec::new();
+    for (name, path) in &a.inputs {
+        let declared =
+            p.tensors.iter().find(|t| &t.name == name && t.kind == adeadvm::format::TensorKind::Input);
+        let tensor = adeadvm::npy::read(path, declared.map(|d| d.dtype))?;
+        vm.set_input(name, tensor.clone()).with_context(|| format!("--input {name}={}", path.display()))?;
+        recorded_inputs.push((name.clone(), tensor));
+    }
+
+    let mut progress = Progress::new(program.instructions().len());
+    let mut profiler = Profiler::new(a.profile_json.is_some());
+    let mut recorder = Recorder::new(DEFAULT_VALUE_BUDGET);
+    let mut observers: Vec<&mut dyn Observer> = vec![&mut progress];
+    if a.profile || a.profile_json.is_some() {
+        observers.push(&mut profiler);
+    }
+    if a.record.is_some() {
+        observers.push(&mut recorder);
+    }
+    let stats = vm.run_observed(&mut Fanout(observers))?;
+    progress.clear();
+
+    for (name, path) in &a.outputs {
+        let t = vm.output(name).ok_or_else(|| anyhow!("output `{name}` was not written"))?;
+        adeadvm::npy::write(path, t)?;
+    }
+    for (name, t) in vm.outputs() {
+        if !a.outputs.iter().any(|(n, _)| n == name) {
+            println!("{}", summarize(name, t));
+        }
+    }
+    if let Some(path) = &a.record {
+        let outputs = vm.outputs().iter().map(|(n, t)| (n.to_string(), t.digest())).collect();
+        recorded_inputs.sort_by(|x, y| x.0.cmp(&y.0));
+        let trace = recorder.finish(p.digest, p.tier, recorded_inputs, outputs);
+        trace.save(path)?;
+        eprintln!("recorded {} steps to {}", trace.steps.len(), path.display());
+    }
+    if a.profile {
+        eprintln!(
+            "\nprofile ({} steps, {:.3} ms, arena {} bytes):",
+            stats.steps,
+            stats.elapsed.as_secs_f64() * 1e3,
+            stats.arena_bytes
+        );
+        eprint!("{}", profiler.table());
+    }
+    if let Some(path) = &a.profile_json {
+        adeadvm::npy::write_atomically(path, profiler.chrome_trace().as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// One line per output: name, dtype and shape, digest, and the first values.
+fn summarize(name: &str, t: &HostTensor) -> String {
+    const SHOWN: usize = 8;
+    let values: Vec<String> = match t.to_f32() {
+        Some(v) => v.iter().take(SHOWN).map(|x| format!("{x}")).collect(),
+        None => t.to_i32().unwrap_or_default().iter().take(SHOWN).map(|x| x.to_string()).collect(),
+    };
+    let more = if t.len() > SHOWN { ", …" } else { "" };
+    format!(
+        "{name}: {}{:?} digest {} [{}{more}]",
+        t.dtype,
+        t.shape,
+        &digest_hex(&t.digest())[..16],
+        values.join(", ")
+    )
+}
+
+pub fn cmd_replay(a: ReplayArgs) -> Result<()> {
+    let program = prepare(&a.program, &a.source, a.tier.as_deref())?;
+    let p = program.program();
+    let trace = Trace::load(&a.trace)?;
+    if trace.program_digest != p.digest {
+        eprintln!(
+            "warning: the program differs from the one recorded (recorded {}, now {}); comparing anyway",
+            &digest_hex(&trace.program_digest)[..16],
+            &digest_hex(&p.digest)[..16]
+        );
+    }
+    let mut vm = Vm::new(program.clone(), VmConfig::default())?;
+    for (name, t) in &trace.inputs {
+        vm.set_input(name, t.clone()).with_context(|| format!("the recorded input `{name}`"))?;
+    }
+    let mut progress = Progress::new(program.instructions().len());
+    let mut replayer = Replayer::new(&trace);
+    let stats = vm.run_observed(&mut Fanout(vec![&mut progress, &mut replayer]))?;
+    progress.clear();
+    let outputs: Vec<(String, [u8; 32])> =
+        vm.outputs().iter().map(|(n, t)| (n.to_string(), t.digest())).collect();
+    replayer.finish(&outputs);
+    match &replayer.divergence {
+        None => {
+            let distinct: std::collections::BTreeSet<u32> = trace.steps.iter().map(|s| s.index).collect();
+            println!(
+                "identical: all {} steps ({} distinct instructions) and {} outputs match the recording bit for bit",
+                stats.steps,
+                distinct.len(),
+                outputs.len()
+            );
+            Ok(())
+        }
+        Some(d) => {
+            print!("{}", Trace::describe(d, p, program.instructions()));
+            bail!("the replay differs from the recording")
+        }
+    }
+}
+
+pub fn cmd_info() -> Result<()> {
+    use raw_cpuid::CpuId;
+    let cpu = CpuId::new();
+    let vendor = cpu.get_vendor_info().map_or("unknown".to_string(), |v| v.as_str().to_string());
+    let brand =
+        cpu.get_processor_brand_string().map_or("unknown".to_string(), |b| b.as_str().trim().to_string());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut features = Vec::new();
+    if let Some(f) = cpu.get_feature_info() {
+        for (on, name) in
+            [(f.has_sse42(), "sse4.2"), (f.has_avx(), "avx"), (f.has_fma(), "fma"), (f.has_f16c(), "f16c")]
+        {
+            if on {
+                features.push(name);
+            }
+        }
+    }
+    if let Some(e) = cpu.get_extended_feature_info() {
+        for (on, name) in [
+            (e.has_avx2(), "avx2"),
+            (e.has_avx512f(), "avx512f"),
+            (e.has_avx512bw(), "avx512bw"),
+            (e.has_avx512vl(), "avx512vl"),
+            (e.has_avx512dq(), "avx512dq"),
+        ] {
+            if on {
+                features.push(name);
+            }
+        }
+    }
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem = |key: &str| -> String {
+        meminfo
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .map_or("unknown".into(), |kb| format!("{:.1} GiB", kb as f64 / (1 << 20) as f64))
+    };
+    println!("adeadvm {}", env!("CARGO_PKG_VERSION"));
+    println!("cpu:     {brand} ({vendor}), {cores} logical cores");
+    println!("simd:    {}", if features.is_empty() { "none detected".into() } else { features.join(" ") });
+    println!("memory:  {} total, {} available", mem("MemTotal:"), mem("MemAvailable:"));
+    println!("executors:");
+    println!("  cpu     scalar reference; tiers: strict (bit-identical everywhere), fast");
+    println!("  vulkan  not built into this version: every program runs on the CPU");
+    Ok(())
+}
+
+/// Progress on stderr for runs longer than a second, when stderr is a terminal (or
+/// ADEADVM_PROGRESS=1 asks for it anyway).
+struct Progress {
+    start: Instant,
+    last: Duration,
+    code_len: usize,
+    enabled: bool,
+    shown: bool,
+}
+
+impl Progress {
+    fn new(code_len: usize) -> Progress {
+        let enabled =
+            std::io::stderr().is_terminal() || std::env::var_os("ADEADVM_PROGRESS").is_some_and(|v| v == "1");
+        Progress { start: Instant::now(), last: Duration::ZERO, code_len, enabled, shown: false }
+    }
+    fn clear(&mut self) {
+        if self.shown {
+            eprintln!();
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
+        if self.enabled && e.step % 64 == 0 {
+            let now = self.start.elapsed();
+            if now > Duration::from_secs(1) && now - self.last > Duration::from_millis(250) {
+                self.last = now;
+                self.shown = true;
+                eprint!(
+                    "\r  {:.1}s  step {}  instruction {}/{} ({})      ",
+                    now.as_secs_f64(),
+                    e.step,
+                    e.index,
+                    self.code_len,
+                    e.instruction.insn.info().mnemonic
+                );
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}

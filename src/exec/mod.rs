@@ -1,0 +1,3 @@
+//! Executors: where tensor instructions run.
+
+pub mod cpu;

@@ -1,0 +1,877 @@
+//! The virtual machine: binds inputs, lays out the arena from the verifier's memory plan, and
+//! interprets the code on the CPU reference executor.
+//!
+//! Invariants: the VM only runs a `VerifiedProgram` and re-checks nothing the verifier proved
+//! (shapes, dtypes, liveness). What only a run can know is checked here with a clean error:
+//! input shapes, symbol bindings, the memory and step budgets, GATHER and LOAD indices.
+//! Live temporaries never overlap in the arena (the plan guarantees it), so an instruction's
+//! output can be borrowed mutably beside its inputs; an input that *is* the output is copied.
+
+mod tensor;
+
+use std::borrow::Cow;
+use std::ops::{ControlFlow, Range};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::exec::cpu::reference::{self as r, Binary, MatmulShape, Reduce, Unary};
+use crate::format::{ConstData, TensorKind};
+use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId};
+use crate::numerics as nx;
+use crate::verify::VerifiedProgram;
+
+pub use tensor::{element_count, tensor_digest, AlignedBuf, HostTensor};
+
+/// Run-time settings.
+#[derive(Clone, Debug, Default)]
+pub struct VmConfig {
+    /// Refuse to start a run whose arena, inputs and outputs need more bytes than this.
+    /// None: the memory available on this machine.
+    pub max_memory: Option<u64>,
+    /// End a run after this many executed instructions. None: no limit.
+    pub max_steps: Option<u64>,
+}
+
+/// Why a run failed.
+#[derive(Debug, Error)]
+pub enum VmError {
+    #[error("input {name} is declared {expected} but was given {got} data")]
+    InputDtype { name: String, expected: DType, got: DType },
+    #[error(transparent)]
+    Binding(#[from] crate::verify::PlanError),
+    #[error("this run needs {needed} bytes (arena peak {peak}, inputs and outputs {io}), more than the memory budget of {budget} bytes")]
+    MemoryBudget { needed: u64, peak: u64, io: u64, budget: u64 },
+    #[error("out of host memory allocating {0} bytes")]
+    OutOfMemory(u64),
+    #[error("the step budget of {0} instructions was used up; the program may loop forever (raise --max-steps if not)")]
+    StepBudget(u64),
+    #[error("instruction {index} ({at}): {what}")]
+    Runtime { index: usize, at: String, what: String },
+}
+
+/// What an observer sees after each executed instruction.
+pub struct StepEvent<'a> {
+    /// How many instructions ran before this one.
+    pub step: u64,
+    /// Index of the instruction in the code.
+    pub index: usize,
+    pub instruction: &'a Instruction,
+    /// The tensor the instruction wrote (dtype, concrete shape, bytes): for STORE the output.
+    /// None for instructions that write no tensor data (control, ALLOC, FREE).
+    pub written: Option<(DType, &'a [usize], &'a [u8])>,
+    /// Wall time of this instruction.
+    pub elapsed: Duration,
+    /// Floating-point operations it performed (matmul: 2·M·N·K), for the profiler.
+    pub flops: u64,
+    /// Bytes it read and wrote, for the profiler.
+    pub bytes: u64,
+}
+
+/// Receives every step of a run (trace recording, replay, profiling, progress).
+pub trait Observer {
+    /// Called after each instruction; `Break` ends the run early (it still returns Ok).
+    fn step(&mut self, event: &StepEvent<'_>) -> ControlFlow<()>;
+}
+
+impl Observer for () {
+    fn step(&mut self, _: &StepEvent<'_>) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+}
+
+/// Totals of one run.
+#[derive(Clone, Debug, Default)]
+pub struct RunStats {
+    /// Instructions executed.
+    pub steps: u64,
+    pub elapsed: Duration,
+    /// Bytes of the arena this run used.
+    pub arena_bytes: u64,
+}
+
+/// Where a tensor's bytes live during a run.
+#[derive(Clone, Debug)]
+enum Loc {
+    Arena(Range<usize>),
+    Input(usize),
+    Const(usize),
+}
+
+/// Constant storage: a range of the program's data (when aligned for its dtype) or a copy.
+enum ConstStore {
+    Data(Range<usize>),
+    Owned(AlignedBuf),
+}
+
+/// A virtual machine for one verified program. Create one per thread; many may share a program.
+pub struct Vm {
+    program: Arc<VerifiedProgram>,
+    config: VmConfig,
+    /// Tensor ids of the inputs, in table order, and what is bound to each.
+    input_ids: Vec<TensorId>,
+    inputs: Vec<Option<HostTensor>>,
+    outputs: Vec<Option<HostTensor>>,
+    consts: Vec<Option<ConstStore>>,
+    arena: AlignedBuf,
+}
+
+impl Vm {
+    /// A VM ready to take inputs.
+    pub fn new(program: Arc<VerifiedProgram>, config: VmConfig) -> Result<Vm, VmError> {
+        let p = program.program();
+        let input_ids: Vec<TensorId> = p
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.kind == TensorKind::Input)
+            .map(|(i, _)| TensorId(i as u16))
+            .collect();
+        let mut consts = Vec::with_capacity(p.tensors.len());
+        for t in &p.tensors {
+            consts.push(match t.kind {
+                TensorKind::Const(ConstData::Bytes { offset, len }) => {
+                    let range = offset as usize..(offset + len) as usize;
+                    let aligned = (p.data.as_ptr() as usize + range.start) % t.dtype.size() == 0;
+                    Some(if aligned {
+                        ConstStore::Data(range)
+                    } else {
+                        let bytes = p.data.get(range).unwrap_or_default();
+                        ConstStore::Owned(AlignedBuf::from_bytes(bytes).ok_or(VmError::OutOfMemory(len))?)
+                    })
+                }
+                TensorKind::Const(ConstData::Splat(bits)) => {
+                    let n = concrete(&t.shape).unwrap_or(0);
+                    let size = t.dtype.size();
+                    let bytes = (n * size) as u64;
+                    let mut buf = AlignedBuf::zeroed(n * size).ok_or(VmError::OutOfMemory(bytes))?;
+                    let pattern = &bits.to_le_bytes()[..size];
+                    for chunk in buf.bytes_mut().chunks_exact_mut(size) {
+                        chunk.copy_from_slice(pattern);
+                    }
+                    Some(ConstStore::Owned(buf))
+                }
+                _ => None,
+            });
+        }
+        let outputs = vec![None; p.outputs.len()];
+        let inputs = vec![None; input_ids.len()];
+        Ok(Vm { program, config, input_ids, inputs, outputs, consts, arena: AlignedBuf::default() })
+    }
+
+    /// The program this VM runs.
+    pub fn program(&self) -> &Arc<VerifiedProgram> {
+        &self.program
+    }
+
+    /// Names of the inputs, in declaration order.
+    pub fn input_names(&self) -> Vec<&str> {
+        self.input_ids.iter().map(|t| self.program.program().tensors[t.0 as usize].name.as_str()).collect()
+    }
+
+    /// Binds an input by name. The dtype is checked now, the shape when the run starts.
+    pub fn set_input(&mut self, name: &str, tensor: HostTensor) -> Result<(), VmError> {
+        let known = self.input_names().join(", ");
+        let Some(k) = self.input_names().iter().position(|n| *n == name) else {
+            return Err(crate::verify::PlanError::UnknownInput { name: name.to_string(), known }.into());
+        };
+        let decl = &self.program.program().tensors[self.input_ids[k].0 as usize];
+        if tensor.dtype != decl.dtype {
+            return Err(VmError::InputDtype { name: name.into(), expected: decl.dtype, got: tensor.dtype });
+        }
+        self.inputs[k] = Some(tensor);
+        Ok(())
+    }
+
+    /// An output of the last run, by name.
+    pub fn output(&self, name: &str) -> Option<&HostTensor> {
+        let i = self.program.program().outputs.iter().position(|o| o.name == name)?;
+        self.outputs[i].as_ref()
+    }
+
+    /// All outputs of the last run, in declaration order.
+    pub fn outputs(&self) -> Vec<(&str, &HostTensor)> {
+        self.program
+            .program()
+            .outputs
+            .iter()
+            .zip(&self.outputs)
+            .filter_map(|(d, t)| Some((d.name.as_str(), t.as_ref()?)))
+            .collect()
+    }
+
+    /// Resolves every symbolic dimension from the bound inputs (the verifier's rules).
+    fn bind_dims(&self) -> Result<Vec<u64>, VmError> {
+        let names = self.input_names();
+        let shapes: Vec<Vec<u64>> =
+            self.inputs.iter().flatten().map(|t| t.shape.iter().map(|&d| d as u64).collect()).collect();
+        let given: Vec<(&str, &[u64])> = names
+            .iter()
+            .zip(&self.inputs)
+            .filter(|(_, t)| t.is_some())
+            .map(|(n, _)| *n)
+            .zip(shapes.iter().map(Vec::as_slice))
+            .collect();
+        Ok(self.program.dims_from_inputs(&given)?)
+    }
+
+    /// Runs the program once.
+    pub fn run(&mut self) -> Result<RunStats, VmError> {
+        self.run_observed(&mut ())
+    }
+
+    /// Runs the program once, reporting every step to `observer`.
+    pub fn run_observed(&mut self, observer: &mut dyn Observer) -> Result<RunStats, VmError> {
+        let start = Instant::now();
+        let program = self.program.clone();
+        let p = program.program();
+        let dims = self.bind_dims()?;
+        let plan = program.plan(&dims)?;
+        let shapes: Vec<Vec<usize>> =
+            p.tensors.iter().map(|t| t.shape.iter().map(|d| resolve(*d, &dims)).collect()).collect();
+        let out_shapes: Vec<Vec<usize>> =
+            p.outputs.iter().map(|o| o.shape.iter().map(|d| resolve(*d, &dims)).collect()).collect();
+        let io: u64 = self.inputs.iter().flatten().map(|t| t.bytes().len() as u64).sum::<u64>()
+            + p.outputs
+                .iter()
+                .zip(&out_shapes)
+                .map(|(o, s)| (s.iter().product::<usize>() * o.dtype.size()) as u64)
+                .sum::<u64>();
+        let budget = self.config.max_memory.unwrap_or_else(available_memory);
+        let needed = plan.peak_bytes.saturating_add(io);
+        if needed > budget {
+            return Err(VmError::MemoryBudget { needed, peak: plan.peak_bytes, io, budget });
+        }
+        if self.arena.len() < plan.peak_bytes as usize {
+            self.arena =
+                AlignedBuf::zeroed(plan.peak_bytes as usize).ok_or(VmError::OutOfMemory(plan.peak_bytes))?;
+        }
+        let mut locs = Vec::with_capacity(p.tensors.len());
+        let mut next_input = 0;
+        for (i, t) in p.tensors.iter().enumerate() {
+            locs.push(match t.kind {
+                TensorKind::Temp => {
+                    let off = plan.offsets[i].unwrap_or(0) as usize;
+                    Loc::Arena(off..off + shapes[i].iter().product::<usize>() * t.dtype.size())
+                }
+                TensorKind::Input => {
+                    next_input += 1;
+                    Loc::Input(next_input - 1)
+                }
+                TensorKind::Const(_) => Loc::Const(i),
+            });
+        }
+        for o in &mut self.outputs {
+            *o = None;
+        }
+        let mut frame = Frame { shapes, out_shapes, locs, regs: [0; 16] };
+        let code = program.instructions();
+        let mut pc = 0usize;
+        let mut steps = 0u64;
+        while pc < code.len() {
+            if let Some(max) = self.config.max_steps {
+                if steps >= max {
+                    return Err(VmError::StepBudget(max));
+                }
+            }
+            let ins = &code[pc];
+            let t0 = Instant::now();
+            let (next, cost) = self.exec(&mut frame, pc, &ins.insn)?;
+            let elapsed = t0.elapsed();
+            let written = match ins.insn {
+                Insn::Store { out, .. } => self.outputs[out.0 as usize]
+                    .as_ref()
+                    .map(|t| (t.dtype, frame.out_shapes[out.0 as usize].as_slice(), t.bytes())),
+                Insn::Alloc { .. } => None,
+                ref insn => insn.writes().map(|t| {
+                    let i = t.0 as usize;
+                    (p.tensors[i].dtype, frame.shapes[i].as_slice(), self.bytes_of(&frame.locs[i]))
+                }),
+            };
+            let flow = observer.step(&StepEvent {
+                step: steps,
+                index: pc,
+                instruction: ins,
+                written,
+                elapsed,
+                flops: cost.0,
+                bytes: cost.1,
+            });
+            steps += 1;
+            if flow.is_break() {
+                break;
+            }
+            match next {
+                Flow::Next => pc += 1,
+                Flow::Jump(t) => pc = t,
+                Flow::Halt => break,
+            }
+        }
+        Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes })
+    }
+
+    fn bytes_of(&self, loc: &Loc) -> &[u8] {
+        match loc {
+            Loc::Arena(r) => &self.arena.bytes()[r.clone()],
+            Loc::Input(k) => self.inputs[*k].as_ref().map_or(&[][..], |t| t.bytes()),
+            Loc::Const(i) => match &self.consts[*i] {
+                Some(ConstStore::Data(r)) => &self.program.program().data[r.clone()],
+                Some(ConstStore::Owned(b)) => b.bytes(),
+                None => &[],
+            },
+        }
+    }
+
+    fn runtime_error(&self, index: usize, what: String) -> VmError {
+        let p = self.program.program();
+        let mnemonic = self.program.instructions()[index].insn.info().mnemonic;
+        let at = match p.line_of(index) {
+            Some(l) => format!("line {l}, {mnemonic}"),
+            None => mnemonic.to_string(),
+        };
+        VmError::Runtime { index, at, what }
+    }
+
+    /// Executes one instruction; returns where to go next and its (flops, bytes) cost.
+    fn exec(&mut self, f: &mut Frame, index: usize, insn: &Insn) -> Result<(Flow, (u64, u64)), VmError> {
+        let p = self.program.clone();
+        let p = p.program();
+        let dt = |t: TensorId| p.tensors[t.0 as usize].dtype;
+        let n_of = |f: &Frame, t: TensorId| f.shapes[t.0 as usize].iter().product::<usize>() as u64;
+        let reg = |f: &Frame, r: crate::isa::Reg| f.regs[r.0 as usize];
+        let mut cost = (0u64, 0u64);
+        match *insn {
+            Insn::Nop | Insn::GpuSync | Insn::Alloc { .. } | Insn::Free { .. } => {}
+            Insn::Halt => return Ok((Flow::Halt, cost)),
+            Insn::Jmp { target } => return Ok((Flow::Jump(target.0 as usize), cost)),
+            Insn::Jz { cond, target } if reg(f, cond) == 0 => {
+                return Ok((Flow::Jump(target.0 as usize), cost))
+            }
+            Insn::Jnz { cond, target } if reg(f, cond) != 0 => {
+                return Ok((Flow::Jump(target.0 as usize), cost))
+            }
+            Insn::Jz { .. } | Insn::Jnz { .. } => {}
+            Insn::Iset { rd, value } => f.regs[rd.0 as usize] = value as i64,
+            Insn::Iadd { rd, ra, rb } => f.regs[rd.0 as usize] = reg(f, ra).wrapping_add(reg(f, rb)),
+            Insn::Iaddi { rd, ra, value } => f.regs[rd.0 as usize] = reg(f, ra).wrapping_add(value as i64),
+            Insn::Isub { rd, ra, rb } => f.regs[rd.0 as usize] = reg(f, ra).wrapping_sub(reg(f, rb)),
+            Insn::Imul { rd, ra, rb } => f.regs[rd.0 as usize] = reg(f, ra).wrapping_mul(reg(f, rb)),
+            Insn::Ilt { rd, ra, rb } => f.regs[rd.0 as usize] = (reg(f, ra) < reg(f, rb)) as i64,
+            Insn::Ieq { rd, ra, rb } => f.regs[rd.0 as usize] = (reg(f, ra) == reg(f, rb)) as i64,
+
+            Insn::Load { dst, src, index: ix, count } => {
+                let k = match ix {
+                    Some(rg) => {
+                        let v = reg(f, rg);
+                        if v < 0 || v >= count as i64 {
+                            return Err(self.runtime_error(
+                                index,
+                                format!("LOAD index r{} = {v} is outside 0..{count}", rg.0),
+                            ));
+                        }
+                        v as u16
+                    }
+                    None => 0,
+                };
+                let src = TensorId(src.0 + k);
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                self.raw_op(f, dst, &[src], |out, ins| out.copy_from_slice(ins[0]));
+            }
+            Insn::Store { out, src } => {
+                let bytes = self.bytes_of(&f.locs[src.0 as usize]);
+                let t = HostTensor::from_bytes(dt(src), f.out_shapes[out.0 as usize].clone(), bytes)
+                    .ok_or(VmError::OutOfMemory(bytes.len() as u64))?;
+                cost.1 = 2 * bytes.len() as u64;
+                self.outputs[out.0 as usize] = Some(t);
+            }
+            Insn::Copy { dst, src } | Insn::Reshape { dst, src } => {
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                self.raw_op(f, dst, &[src], |out, ins| out.copy_from_slice(ins[0]));
+            }
+            Insn::Slice { dst, src, axis, start } => {
+                let shape = f.shapes[src.0 as usize].clone();
+                let ax = norm_axis(axis, shape.len());
+                let len = f.shapes[dst.0 as usize][ax];
+                if start as usize + len > shape[ax] {
+                    return Err(self.runtime_error(
+                        index,
+                        format!(
+                            "slice {start}..{} is outside axis {ax} of size {}",
+                            start as usize + len,
+                            shape[ax]
+                        ),
+                    ));
+                }
+                let size = dt(dst).size();
+                cost.1 = 2 * n_of(f, dst) * size as u64;
+                self.raw_op(f, dst, &[src], |out, ins| {
+                    let mut byte_shape = shape.clone();
+                    byte_shape.push(size);
+                    r::slice(ins[0], &byte_shape, ax, start as usize, len, out)
+                });
+            }
+            Insn::Concat { dst, a, b, axis } => {
+                let (sa, sb) = (f.shapes[a.0 as usize].clone(), f.shapes[b.0 as usize].clone());
+                let ax = norm_axis(axis, sa.len());
+                let size = dt(dst).size();
+                cost.1 = 2 * n_of(f, dst) * size as u64;
+                self.raw_op(f, dst, &[a, b], |out, ins| {
+                    let (mut ba, mut bb) = (sa.clone(), sb.clone());
+                    ba.push(size);
+                    bb.push(size);
+                    r::concat(ins[0], &ba, ins[1], &bb, ax, out)
+                });
+            }
+            Insn::Transpose { dst, src, perm } => {
+                let shape = f.shapes[src.0 as usize].clone();
+                let size = dt(dst).size();
+                cost.1 = 2 * n_of(f, dst) * size as u64;
+                self.raw_op(f, dst, &[src], |out, ins| match size {
+                    2 => r::transpose(
+                        bytemuck::cast_slice::<u8, u16>(ins[0]),
+                        &shape,
+                        perm.axes(),
+                        bytemuck::cast_slice_mut(out),
+                    ),
+                    _ => r::transpose(
+                        bytemuck::cast_slice::<u8, u32>(ins[0]),
+                        &shape,
+                        perm.axes(),
+                        bytemuck::cast_slice_mut(out),
+                    ),
+                });
+            }
+            Insn::Gather { dst, table, indices } => {
+                let tshape = f.shapes[table.0 as usize].clone();
+                let rows = tshape.first().copied().unwrap_or(0);
+                let row = tshape[1..].iter().product::<usize>() * dt(dst).size();
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                let mut bad = None;
+                self.raw_op(f, dst, &[table, indices], |out, ins| {
+                    let idx: Cow<[i32]> = cast_or_copy(ins[1]);
+                    bad = r::gather(ins[0], rows, row, &idx, out).err();
+                });
+                if let Some((pos, v)) = bad {
+                    return Err(self.runtime_error(
+                        index,
+                        format!(
+                            "index {v} at position {pos} of `{}` is outside the table's {rows} rows",
+                            p.tensors[indices.0 as usize].name
+                        ),
+                    ));
+                }
+            }
+            Insn::Fill { dst, value } => {
+                cost.1 = n_of(f, dst) * dt(dst).size() as u64;
+                if dt(dst) == DType::I32 {
+                    let v = value as i32;
+                    self.int_op(f, dst, &[], |out, _| out.fill(v));
+                } else {
+                    let v = nx::canon(value);
+                    self.float_op(f, dst, &[], |out, _| out.fill(v));
+                }
+            }
+            Insn::Cast { dst, src } => {
+                cost.1 = n_of(f, dst) * (dt(dst).size() + dt(src).size()) as u64;
+                self.cast(f, dst, src);
+            }
+            Insn::Rand { dst, seed, dist } => {
+                cost.1 = n_of(f, dst) * dt(dst).size() as u64;
+                self.float_op(f, dst, &[], |out, _| crate::rand::fill_strict(seed, dist, out));
+            }
+
+            Insn::Neg { dst, a } | Insn::Abs { dst, a } if dt(dst) == DType::I32 => {
+                let neg = matches!(insn, Insn::Neg { .. });
+                cost.1 = 2 * n_of(f, dst) * 4;
+                self.int_op(f, dst, &[Some(a)], |out, ins| {
+                    for (o, &x) in out.iter_mut().zip(ins[0].unwrap_or_default()) {
+                        *o = if neg { x.wrapping_neg() } else { x.wrapping_abs() };
+                    }
+                });
+            }
+            Insn::Neg { dst, a }
+            | Insn::Abs { dst, a }
+            | Insn::Sqrt { dst, a }
+            | Insn::Rsqrt { dst, a }
+            | Insn::Exp { dst, a }
+            | Insn::Log { dst, a }
+            | Insn::Relu { dst, a }
+            | Insn::Sigmoid { dst, a }
+            | Insn::Tanh { dst, a }
+            | Insn::Gelu { dst, a } => {
+                let op = unary_of(insn.opcode());
+                cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                self.float_op(f, dst, &[Some(a)], |out, ins| r::unary(op, ins[0].unwrap_or_default(), out));
+            }
+            Insn::Add { dst, a, b }
+            | Insn::Sub { dst, a, b }
+            | Insn::Mul { dst, a, b }
+            | Insn::Div { dst, a, b }
+            | Insn::Max { dst, a, b }
+            | Insn::Min { dst, a, b } => {
+                let op = binary_of(insn.opcode());
+                let (sa, sb, so) = (
+                    f.shapes[a.0 as usize].clone(),
+                    f.shapes[b.0 as usize].clone(),
+                    f.shapes[dst.0 as usize].clone(),
+                );
+                cost = (n_of(f, dst), (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
+                if dt(dst) == DType::I32 {
+                    self.int_op(f, dst, &[Some(a), Some(b)], |out, ins| {
+                        r::binary_i32(
+                            op,
+                            ins[0].unwrap_or_default(),
+                            &sa,
+                            ins[1].unwrap_or_default(),
+                            &sb,
+                            out,
+                            &so,
+                        )
+                    });
+                } else {
+                    self.float_op(f, dst, &[Some(a), Some(b)], |out, ins| {
+                        r::binary(
+                            op,
+                            ins[0].unwrap_or_default(),
+                            &sa,
+                            ins[1].unwrap_or_default(),
+                            &sb,
+                            out,
+                            &so,
+                        )
+                    });
+                }
+            }
+            Insn::AddS { dst, a, s }
+            | Insn::SubS { dst, a, s }
+            | Insn::MulS { dst, a, s }
+            | Insn::DivS { dst, a, s }
+            | Insn::MaxS { dst, a, s }
+            | Insn::MinS { dst, a, s } => {
+                let op = binary_of(insn.opcode());
+                cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                self.float_op(f, dst, &[Some(a)], |out, ins| {
+                    r::binary_scalar(op, ins[0].unwrap_or_default(), s, out)
+                });
+            }
+            Insn::Matmul { dst, a, b, bias, ta, tb, act } => {
+                let g = MatmulShape {
+                    a: f.shapes[a.0 as usize].clone(),
+                    b: f.shapes[b.0 as usize].clone(),
+                    out: f.shapes[dst.0 as usize].clone(),
+                    ta,
+                    tb,
+                };
+                let k = if ta { g.a[g.a.len() - 2] } else { g.a[g.a.len() - 1] } as u64;
+                cost =
+                    (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
+                let bias_shape = bias.map(|t| f.shapes[t.0 as usize].clone());
+                self.float_op(f, dst, &[Some(a), Some(b), bias], |out, ins| {
+                    let bias = ins[2].zip(bias_shape.as_deref());
+                    r::matmul(&g, ins[0].unwrap_or_default(), ins[1].unwrap_or_default(), bias, act, out)
+                });
+            }
+            Insn::Softmax { dst, x, mask, scale } => {
+                let shape = f.shapes[x.0 as usize].clone();
+                let mask_shape = mask.map(|t| f.shapes[t.0 as usize].clone());
+                cost = (5 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                self.float_op(f, dst, &[Some(x), mask], |out, ins| {
+                    r::softmax(
+                        ins[0].unwrap_or_default(),
+                        &shape,
+                        ins[1].zip(mask_shape.as_deref()),
+                        scale,
+                        out,
+                    )
+                });
+            }
+            Insn::Layernorm { dst, x, gamma, beta, eps } => {
+                let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
+                cost = (8 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                self.float_op(f, dst, &[Some(x), gamma, beta], |out, ins| {
+                    r::layernorm(ins[0].unwrap_or_default(), n, ins[1], ins[2], eps, out)
+                });
+            }
+            Insn::Rmsnorm { dst, x, gamma, eps } => {
+                let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
+                cost = (4 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                self.float_op(f, dst, &[Some(x), gamma], |out, ins| {
+                    r::rmsnorm(ins[0].unwrap_or_default(), n, ins[1], eps, out)
+                });
+            }
+            Insn::ReduceSum { dst, src, axis }
+            | Insn::ReduceMean { dst, src, axis }
+            | Insn::ReduceMax { dst, src, axis } => {
+                let op = match insn.opcode() {
+                    Opcode::ReduceSum => Reduce::Sum,
+                    Opcode::ReduceMean => Reduce::Mean,
+                    _ => Reduce::Max,
+                };
+                let shape = f.shapes[src.0 as usize].clone();
+                let ax = norm_axis(axis, shape.len());
+                cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
+                self.float_op(f, dst, &[Some(src)], |out, ins| {
+                    r::reduce(op, ins[0].unwrap_or_default(), &shape, ax, out)
+                });
+            }
+            Insn::Kernel { .. } => return Err(self.runtime_error(
+                index,
+                "KERNEL runs user SPIR-V, which needs the Vulkan executor; this build runs on the CPU only"
+                    .into(),
+            )),
+        }
+        Ok((Flow::Next, cost))
+    }
+
+    /// Splits storage into the destination (a temporary in the arena) and the sources; a
+    /// source that is the destination itself is copied first.
+    fn with_operands<R>(
+        &mut self,
+        f: &Frame,
+        dst: TensorId,
+        srcs: &[Option<TensorId>],
+        body: impl FnOnce(&mut [u8], Vec<Option<Cow<[u8]>>>) -> R,
+    ) -> R {
+        let Loc::Arena(dst_range) = f.locs[dst.0 as usize].clone() else {
+            unreachable!("the verifier allows writes to temporaries only");
+        };
+        // Aliased sources are copied out before the arena is split.
+        let copies: Vec<Option<Vec<u8>>> = srcs
+            .iter()
+            .map(|s| s.filter(|&s| s == dst).map(|_| self.arena.bytes()[dst_range.clone()].to_vec()))
+            .collect();
+        let program = self.program.clone();
+        let data = &program.program().data;
+        let (inputs, consts) = (&self.inputs, &self.consts);
+        let arena = self.arena.bytes_mut();
+        let (before, rest) = arena.split_at_mut(dst_range.start);
+        let (out, after) = rest.split_at_mut(dst_range.len());
+        let after_start = dst_range.end;
+        let mut views = Vec::with_capacity(srcs.len());
+        for (s, copy) in srcs.iter().zip(copies) {
+            views.push(match (s, copy) {
+                (None, _) => None,
+                (Some(_), Some(c)) => Some(Cow::Owned(c)),
+                (Some(s), None) => Some(Cow::Borrowed(match &f.locs[s.0 as usize] {
+                    // Live temporaries never overlap the destination: each lies wholly before or after it.
+                    Loc::Arena(rg) if rg.end <= dst_range.start => &before[rg.clone()],
+                    Loc::Arena(rg) => &after[rg.start - after_start..rg.end - after_start],
+                    Loc::Input(k) => inputs[*k].as_ref().map_or(&[][..], |t| t.bytes()),
+                    Loc::Const(i) => match &consts[*i] {
+                        Some(ConstStore::Data(rg)) => &data[rg.clone()],
+                        Some(ConstStore::Owned(b)) => b.bytes(),
+                        None => &[],
+                    },
+                })),
+            });
+        }
+        body(out, views)
+    }
+
+    /// A dtype-agnostic operation on raw bytes (every source present).
+    fn raw_op(
+        &mut self,
+        f: &Frame,
+        dst: TensorId,
+        srcs: &[TensorId],
+        body: impl FnOnce(&mut [u8], &[&[u8]]),
+    ) {
+        let srcs: Vec<Option<TensorId>> = srcs.iter().copied().map(Some).collect();
+        self.with_operands(f, dst, &srcs, |out, views| {
+            let views: Vec<&[u8]> = views.iter().map(|v| v.as_deref().unwrap_or_default()).collect();
+            body(out, &views)
+        })
+    }
+
+    /// A float operation: sources widened to f32, the result rounded to the destination's dtype.
+    fn float_op(
+        &mut self,
+        f: &Frame,
+        dst: TensorId,
+        srcs: &[Option<TensorId>],
+        body: impl FnOnce(&mut [f32], &[Option<&[f32]>]),
+    ) {
+        let p = self.program.clone();
+        let dtype = |t: TensorId| p.program().tensors[t.0 as usize].dtype;
+        let dst_dtype = dtype(dst);
+        let src_dtypes: Vec<Option<DType>> = srcs.iter().map(|s| s.map(dtype)).collect();
+        self.with_operands(f, dst, srcs, |out, views| {
+            let widened: Vec<Option<Cow<[f32]>>> =
+                views.iter().zip(&src_dtypes).map(|(v, d)| Some(to_f32(v.as_deref()?, (*d)?))).collect();
+            let ins: Vec<Option<&[f32]>> = widened.iter().map(|w| w.as_deref()).collect();
+            if dst_dtype == DType::F32 {
+                body(bytemuck::cast_slice_mut(out), &ins);
+            } else {
+                let mut tmp = vec![0.0f32; out.len() / dst_dtype.size()];
+                body(&mut tmp, &ins);
+                from_f32(&tmp, dst_dtype, out);
+            }
+        })
+    }
+
+    /// An i32 operation.
+    fn int_op(
+        &mut self,
+        f: &Frame,
+        dst: TensorId,
+        srcs: &[Option<TensorId>],
+        body: impl FnOnce(&mut [i32], &[Option<&[i32]>]),
+    ) {
+        self.with_operands(f, dst, srcs, |out, views| {
+            let ints: Vec<Option<Cow<[i32]>>> =
+                views.iter().map(|v| Some(cast_or_copy(v.as_deref()?))).collect();
+            let ins: Vec<Option<&[i32]>> = ints.iter().map(|w| w.as_deref()).collect();
+            body(bytemuck::cast_slice_mut(out), &ins)
+        })
+    }
+
+    fn cast(&mut self, f: &Frame, dst: TensorId, src: TensorId) {
+        let p = self.program.clone();
+        let (dd, sd) = (p.program().tensors[dst.0 as usize].dtype, p.program().tensors[src.0 as usize].dtype);
+        match (sd, dd) {
+            (DType::I32, DType::I32) => self.raw_op(f, dst, &[src], |out, ins| out.copy_from_slice(ins[0])),
+            (DType::I32, _) => {
+                self.with_operands(f, dst, &[Some(src)], |out, views| {
+                    let ints: Cow<[i32]> = cast_or_copy(views[0].as_deref().unwrap_or_default());
+                    // i32 -> f32 rounds to nearest even, the same on every executor.
+                    let vals: Vec<f32> = ints.iter().map(|&v| v as f32).collect();
+                    from_f32(&vals, dd, out);
+                });
+            }
+            (_, DType::I32) => {
+                self.with_operands(f, dst, &[Some(src)], |out, views| {
+                    let vals = to_f32(views[0].as_deref().unwrap_or_default(), sd);
+                    let out: &mut [i32] = bytemuck::cast_slice_mut(out);
+                    // `as` truncates toward zero, saturates, and maps NaN to 0, as the ISA says.
+                    for (o, &v) in out.iter_mut().zip(vals.iter()) {
+                        *o = v as i32;
+                    }
+                });
+            }
+            _ => self.float_op(f, dst, &[Some(src)], |out, ins| {
+                for (o, &v) in out.iter_mut().zip(ins[0].unwrap_or_default()) {
+                    *o = nx::canon(v);
+                }
+            }),
+        }
+    }
+}
+
+/// Per-run state.
+struct Frame {
+    shapes: Vec<Vec<usize>>,
+    out_shapes: Vec<Vec<usize>>,
+    locs: Vec<Loc>,
+    regs: [i64; 16],
+}
+
+enum Flow {
+    Next,
+    Jump(usize),
+    Halt,
+}
+
+fn resolve(d: Dim, dims: &[u64]) -> usize {
+    match d {
+        Dim::Const(n) => n as usize,
+        Dim::Sym(s) => dims.get(s.0 as usize).copied().unwrap_or(1) as usize,
+    }
+}
+
+fn concrete(shape: &[Dim]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |a, d| match d {
+        Dim::Const(n) => a.checked_mul(*n as usize),
+        Dim::Sym(_) => None,
+    })
+}
+
+fn norm_axis(axis: i8, rank: usize) -> usize {
+    if axis < 0 {
+        (rank as i64 + axis as i64) as usize
+    } else {
+        axis as usize
+    }
+}
+
+fn unary_of(op: Opcode) -> Unary {
+    match op {
+        Opcode::Neg => Unary::Neg,
+        Opcode::Abs => Unary::Abs,
+        Opcode::Sqrt => Unary::Sqrt,
+        Opcode::Rsqrt => Unary::Rsqrt,
+        Opcode::Exp => Unary::Exp,
+        Opcode::Log => Unary::Log,
+        Opcode::Relu => Unary::Relu,
+        Opcode::Sigmoid => Unary::Sigmoid,
+        Opcode::Tanh => Unary::Tanh,
+        _ => Unary::Gelu,
+    }
+}
+
+fn binary_of(op: Opcode) -> Binary {
+    match op {
+        Opcode::Add | Opcode::AddS => Binary::Add,
+        Opcode::Sub | Opcode::SubS => Binary::Sub,
+        Opcode::Mul | Opcode::MulS => Binary::Mul,
+        Opcode::Div | Opcode::DivS => Binary::Div,
+        Opcode::Max | Opcode::MaxS => Binary::Max,
+        _ => Binary::Min,
+    }
+}
+
+/// Reinterprets bytes as a slice of `T`, copying only when they are not aligned for it.
+fn cast_or_copy<T: bytemuck::Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
+}
+
+/// Float data of any float dtype as f32 (f16 and bf16 widen exactly).
+fn to_f32(bytes: &[u8], dtype: DType) -> Cow<'_, [f32]> {
+    match dtype {
+        DType::F32 => cast_or_copy(bytes),
+        DType::F16 => {
+            Cow::Owned(cast_or_copy::<u16>(bytes).iter().map(|&h| nx::f16_bits_to_f32(h)).collect())
+        }
+        DType::Bf16 => {
+            Cow::Owned(cast_or_copy::<u16>(bytes).iter().map(|&h| nx::bf16_bits_to_f32(h)).collect())
+        }
+        DType::I32 => Cow::Owned(cast_or_copy::<i32>(bytes).iter().map(|&v| v as f32).collect()),
+    }
+}
+
+/// Writes f32 values into bytes of `dtype`, rounding to nearest even for f16 and bf16.
+fn from_f32(vals: &[f32], dtype: DType, out: &mut [u8]) {
+    match dtype {
+        DType::F32 => out.copy_from_slice(bytemuck::cast_slice(vals)),
+        DType::F16 => {
+            for (o, &v) in out.chunks_exact_mut(2).zip(vals) {
+                o.copy_from_slice(&nx::f32_to_f16_bits(v).to_le_bytes());
+            }
+        }
+        DType::Bf16 => {
+            for (o, &v) in out.chunks_exact_mut(2).zip(vals) {
+                o.copy_from_slice(&nx::f32_to_bf16_bits(v).to_le_bytes());
+            }
+        }
+        DType::I32 => {
+            for (o, &v) in out.chunks_exact_mut(4).zip(vals) {
+                o.copy_from_slice(&(v as i32).to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Bytes of memory available to this process (MemAvailable on Linux; unlimited elsewhere).
+pub fn available_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024)
+        })
+        .unwrap_or(u64::MAX)
+}

@@ -1,0 +1,111 @@
+//! Shared test harness: assemble a program from text, run it, and compare against references.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use adeadvm::asm::{assemble, AsmOptions};
+use adeadvm::format::Program;
+use adeadvm::verify::{verify, VerifiedProgram};
+use adeadvm::vm::{HostTensor, Vm, VmConfig};
+
+/// Assembles and verifies, panicking with the full diagnostics on failure.
+pub fn build(src: &str) -> Arc<VerifiedProgram> {
+    try_build(src).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Assembles and verifies, returning the error text a user would see.
+pub fn try_build(src: &str) -> Result<Arc<VerifiedProgram>, String> {
+    let options = AsmOptions { defines: Vec::new(), base_dir: std::env::current_dir().unwrap() };
+    let program = assemble(src, "test.s", &options).map_err(|e| e.to_string())?;
+    let program = Program::from_bytes(program.to_bytes()).map_err(|e| e.to_string())?;
+    Ok(Arc::new(verify(program).map_err(|e| e.to_string())?))
+}
+
+/// Runs a verified program on named inputs and returns its outputs.
+pub fn run(
+    program: &Arc<VerifiedProgram>,
+    inputs: &[(&str, HostTensor)],
+) -> Result<BTreeMap<String, HostTensor>, String> {
+    run_with(program, inputs, VmConfig::default())
+}
+
+/// Like [`run`] with a VM configuration.
+pub fn run_with(
+    program: &Arc<VerifiedProgram>,
+    inputs: &[(&str, HostTensor)],
+    config: VmConfig,
+) -> Result<BTreeMap<String, HostTensor>, String> {
+    let mut vm = Vm::new(program.clone(), config).map_err(|e| e.to_string())?;
+    for (name, t) in inputs {
+        vm.set_input(name, t.clone()).map_err(|e| e.to_string())?;
+    }
+    vm.run().map_err(|e| e.to_string())?;
+    Ok(vm.outputs().into_iter().map(|(n, t)| (n.to_string(), t.clone())).collect())
+}
+
+/// Assembles, runs, and returns the one output `y` as f32 values.
+pub fn run_y(src: &str, inputs: &[(&str, HostTensor)]) -> Vec<f32> {
+    let outs = run(&build(src), inputs).unwrap_or_else(|e| panic!("{e}"));
+    outs["y"].to_f32().expect("float output")
+}
+
+/// A deterministic pseudo-random stream (SplitMix64) for test data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+    pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+}
+
+pub fn f32s(shape: &[usize], values: &[f32]) -> HostTensor {
+    HostTensor::from_f32(shape.to_vec(), values).expect("shape matches values")
+}
+
+pub fn i32s(shape: &[usize], values: &[i32]) -> HostTensor {
+    HostTensor::from_i32(shape.to_vec(), values).expect("shape matches values")
+}
+
+/// Distance in ulps between an f32 result and an f64 reference rounded to f32 (denormal
+/// references count as zero, as strict mode flushes them).
+pub fn ulps(got: f32, want: f64) -> u64 {
+    let want = want as f32;
+    let want = if want != 0.0 && want.abs() < f32::MIN_POSITIVE { 0.0f32.copysign(want) } else { want };
+    if got.is_nan() && want.is_nan() {
+        return 0;
+    }
+    if got == want {
+        return 0;
+    }
+    let ord = |x: f32| {
+        let b = x.to_bits() as i64;
+        if b < 0x8000_0000 {
+            b
+        } else {
+            -(b & 0x7fff_ffff)
+        }
+    };
+    ord(got).abs_diff(ord(want))
+}
+
+/// Asserts |got - want| <= atol + rtol * |want| element by element.
+pub fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - w).abs();
+        assert!(err <= atol + rtol * w.abs(), "{what}: element {i}: got {g}, want {w} (error {err:e})");
+    }
+}

@@ -1,0 +1,520 @@
+//! Accuracy and determinism tests for `adeadvm::numerics` (the strict tier's scalar math).
+//!
+//! Default tests sample every unary function densely over all 2^32 bit patterns (stride 1031,
+//! about four million inputs each) plus hand-picked edge cases, and assert the documented bound in
+//! f32 ulps (metric: `numerics::accuracy`). The `#[ignore]`d `exhaustive_*` tests run every input
+//! (`cargo test --release --test numerics -- --ignored --nocapture`) and print the table rows.
+
+use adeadvm::numerics::{self as nm, accuracy::*};
+
+type Unary = fn(f32) -> f32;
+
+struct Case {
+    name: &'static str,
+    f: Unary,
+    reference: fn(f64) -> f64,
+    /// Documented bound in ulps (see docs/numerics.md).
+    bound: f64,
+    /// For gelu: inputs below this use the absolute metric (see `gelu_error`).
+    abs_below: f64,
+}
+
+fn gelu_ref(x: f64) -> f64 {
+    if x == f64::NEG_INFINITY {
+        return -0.0;
+    }
+    if x < 0.0 {
+        0.5 * x * erfc_f64(-x * std::f64::consts::FRAC_1_SQRT_2)
+    } else {
+        0.5 * x * (1.0 + erf_f64(x * std::f64::consts::FRAC_1_SQRT_2))
+    }
+}
+
+fn sigmoid_ref(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// GELU below `abs_below`: `1 + erf(x/sqrt 2)` cancels, so the error is measured in ulps of
+/// `0.5*|x|*2^-23`-scaled absolute terms: `|got - exact| / ulp(0.5*x)`, i.e. in units of the
+/// rounding error of the factor `0.5*x` times one ulp of 1.
+fn error(case: &Case, x: f32, got: f32) -> f64 {
+    let xf = nm::ftz(x) as f64;
+    let exact = (case.reference)(xf);
+    if xf < case.abs_below && xf.is_finite() && got.is_finite() {
+        (got as f64 - exact).abs() / ulp_f32(0.5 * xf)
+    } else {
+        ulp_error(got, exact)
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let c = |name, f: Unary, reference: fn(f64) -> f64, bound| Case {
+        name,
+        f,
+        reference,
+        bound,
+        abs_below: f64::NEG_INFINITY,
+    };
+    vec![
+        c("recip", nm::recip, |x| 1.0 / x, 0.5),
+        c("sqrt", nm::sqrt, f64::sqrt, 0.5),
+        c("rsqrt", nm::rsqrt, |x| 1.0 / x.sqrt(), 1.0),
+        c("exp", nm::exp, f64::exp, 2.0),
+        c("log", nm::log, f64::ln, 2.0),
+        c("tanh", nm::tanh, f64::tanh, 4.0),
+        c("sigmoid", nm::sigmoid, sigmoid_ref, 4.0),
+        c("erf", nm::erf, erf_f64, 4.0),
+        Case { abs_below: -1.0, ..c("gelu", nm::gelu, gelu_ref, 4.0) },
+    ]
+}
+
+fn edge_inputs() -> Vec<f32> {
+    let mut v: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        f32::from_bits(1),
+        f32::from_bits(0x007f_ffff),
+        f32::from_bits(0x8000_0001),
+        f32::from_bits(0x807f_ffff),
+        f32::MIN_POSITIVE,
+        -f32::MIN_POSITIVE,
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::from_bits(0x7fc0_0000),
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xffff_ffff),
+        f32::from_bits(0xffc0_0000),
+        f32::EPSILON,
+        std::f32::consts::SQRT_2,
+        std::f32::consts::FRAC_1_SQRT_2,
+        std::f32::consts::LN_2,
+        std::f32::consts::E,
+    ];
+    // Thresholds (overflow/underflow of exp and friends, branch points) and their neighbours.
+    let pivots = [
+        88.722_84,
+        88.8,
+        -87.336_54,
+        -103.972_08,
+        -104.0,
+        0.55,
+        0.875,
+        1.375,
+        2.0,
+        2.75,
+        3.875,
+        3.832_5,
+        9.01,
+        44.36,
+        0.346_573_6,
+        1.0,
+        0.5,
+        89.0,
+        -89.0,
+        16.635_532,
+        18.420_68,
+    ];
+    for p in pivots {
+        for s in [1.0f32, -1.0] {
+            let b = (p * s).to_bits();
+            for d in 0..4u32 {
+                v.push(f32::from_bits(b.wrapping_add(d)));
+                v.push(f32::from_bits(b.wrapping_sub(d)));
+            }
+        }
+    }
+    for i in -40..=40 {
+        v.push(i as f32);
+        v.push(i as f32 + 0.5);
+    }
+    for e in -126..=127 {
+        let p = 2f32.powi(e);
+        for x in [p, -p, f32::from_bits(p.to_bits() - 1), f32::from_bits(p.to_bits() + 1)] {
+            v.push(x);
+            v.push(-x);
+        }
+    }
+    v
+}
+
+fn assert_strict_bits(name: &str, x: f32, y: f32) {
+    let b = y.to_bits();
+    if y.is_nan() {
+        assert_eq!(b, nm::CANONICAL_NAN, "{name}({x:e}) gave a non-canonical NaN {b:#x}");
+    } else {
+        assert!(b & 0x7f80_0000 != 0 || b & 0x007f_ffff == 0, "{name}({x:e}) gave a denormal");
+    }
+}
+
+/// Runs `case` over `inputs`, returning (max error, worst input).
+fn measure(case: &Case, inputs: impl Iterator<Item = f32>) -> (f64, f32) {
+    let mut worst = (0.0f64, 0.0f32);
+    for x in inputs {
+        let y = (case.f)(x);
+        assert_strict_bits(case.name, x, y);
+        let e = error(case, x, y);
+        if e > worst.0 || e.is_nan() {
+            worst = (e, x);
+        }
+    }
+    worst
+}
+
+#[test]
+fn unary_functions_within_bounds_sampled() {
+    const STRIDE: u64 = 1031;
+    let edges = edge_inputs();
+    let mut failures = Vec::new();
+    for case in cases() {
+        let sampled = (0..(1u64 << 32)).step_by(STRIDE as usize).map(|b| f32::from_bits(b as u32));
+        let (e, x) = measure(&case, sampled.chain(edges.iter().copied()));
+        println!("{:8} max {:.4} ulp at {:e} ({:#010x})", case.name, e, x, x.to_bits());
+        if e.is_nan() || e > case.bound {
+            failures.push(format!("{}: {e} ulp at {x:e} > {}", case.name, case.bound));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn special_values() {
+    let inf = f32::INFINITY;
+    let nan_in = f32::from_bits(0xffc1_2345);
+    for case in cases() {
+        assert_eq!((case.f)(nan_in).to_bits(), nm::CANONICAL_NAN, "{}(NaN)", case.name);
+    }
+    assert_eq!(nm::exp(inf), inf);
+    assert_eq!(nm::exp(-inf).to_bits(), 0);
+    assert_eq!(nm::exp(0.0), 1.0);
+    assert_eq!(nm::exp(-0.0), 1.0);
+    assert_eq!(nm::exp(89.0), inf);
+    assert_eq!(nm::exp(-88.0).to_bits(), 0); // below FLT_MIN: flushed, never denormal
+    assert_eq!(nm::log(0.0), -inf);
+    assert_eq!(nm::log(-0.0), -inf);
+    assert_eq!(nm::log(f32::from_bits(5)), -inf); // denormal input is zero
+    assert!(nm::log(-1.0).is_nan());
+    assert!(nm::log(-inf).is_nan());
+    assert_eq!(nm::log(inf), inf);
+    assert_eq!(nm::log(1.0).to_bits(), 0);
+    assert!(nm::sqrt(-1e-30).is_nan());
+    assert_eq!(nm::sqrt(inf), inf);
+    assert_eq!(nm::sqrt(f32::from_bits(0x8000_0003)).to_bits(), 0x8000_0000);
+    assert!(nm::rsqrt(-1.0).is_nan());
+    assert_eq!(nm::recip(inf).to_bits(), 0);
+    assert_eq!(nm::recip(-inf).to_bits(), 0x8000_0000);
+    assert_eq!(nm::recip(f32::MAX).to_bits(), 0); // 1/MAX is denormal: flushed
+    assert_eq!(nm::recip(f32::MIN_POSITIVE), 2f32.powi(126));
+    for (x, t) in [(inf, 1.0f32), (-inf, -1.0), (0.0, 0.0), (-0.0, -0.0)] {
+        assert_eq!(nm::tanh(x).to_bits(), t.to_bits(), "tanh({x})");
+        assert_eq!(nm::erf(x).to_bits(), t.to_bits(), "erf({x})");
+    }
+    assert_eq!(nm::sigmoid(inf), 1.0);
+    assert_eq!(nm::sigmoid(-inf).to_bits(), 0);
+    assert_eq!(nm::sigmoid(0.0), 0.5);
+    assert_eq!(nm::gelu(inf), inf);
+    assert_eq!(nm::gelu(-inf).to_bits(), 0x8000_0000);
+    assert_eq!(nm::gelu(0.0).to_bits(), 0);
+    // Tiny inputs: the odd functions return x itself.
+    for x in [1e-30f32, -3e-20, 1e-10] {
+        assert_eq!(nm::tanh(x), x);
+        assert_eq!(nm::erf(x), (8.0 * x + 8.0 * x * 0.128_379_17) * 0.125);
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 32) as u32
+    }
+    /// Random bits, biased towards interesting exponents half of the time.
+    fn f32(&mut self) -> f32 {
+        let b = self.next();
+        if b & 1 == 0 {
+            f32::from_bits(b)
+        } else {
+            let e = 100 + (self.next() % 56); // exponents around 1 (2^-27 .. 2^28)
+            f32::from_bits((b & 0x807f_ffff) | (e << 23))
+        }
+    }
+    fn normalish(&mut self) -> f32 {
+        (self.next() as f64 / u32::MAX as f64 * 8.0 - 4.0) as f32
+    }
+}
+
+#[test]
+fn div_correctly_rounded_sampled() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let edges = edge_inputs();
+    let mut worst = 0.0f64;
+    let mut check = |a: f32, b: f32| {
+        let q = nm::div(a, b);
+        assert_strict_bits("div", a, q);
+        let exact = nm::ftz(a) as f64 / nm::ftz(b) as f64;
+        let e = ulp_error(q, exact);
+        assert!(e <= 0.5, "div({a:e}, {b:e}) = {q:e}: {e} ulp (exact {exact:e})");
+        // Bits: the correctly rounded quotient, flushed (FLT_MIN edge aside).
+        let want = nm::canon(exact as f32);
+        if want.abs() != f32::MIN_POSITIVE && !want.is_nan() {
+            assert_eq!(q.to_bits(), want.to_bits(), "div({a:e}, {b:e})");
+        }
+        worst = worst.max(e);
+    };
+    for _ in 0..300_000 {
+        let (a, b) = (rng.f32(), rng.f32());
+        check(a, b);
+    }
+    for &a in edges.iter().step_by(3) {
+        for &b in edges.iter().step_by(5) {
+            check(a, b);
+        }
+    }
+    println!("div max {worst:.4} ulp");
+}
+
+#[test]
+fn add_sub_mul_never_denormal_or_noncanonical_nan() {
+    let mut rng = Rng(42);
+    let tiny = [
+        f32::MIN_POSITIVE,
+        1.5 * f32::MIN_POSITIVE,
+        f32::from_bits(0x0080_0001),
+        f32::from_bits(0x0100_0000),
+        1e-20,
+        3e-19,
+        f32::from_bits(0x1f80_0000),
+        f32::from_bits(1),
+        f32::from_bits(0x7fff_ffff),
+        f32::from_bits(0xff80_0001),
+    ];
+    type Op = fn(f32, f32) -> f32;
+    let ops: [(&str, Op, Op); 3] =
+        [("add", nm::add, |a, b| a + b), ("sub", nm::sub, |a, b| a - b), ("mul", nm::mul, |a, b| a * b)];
+    for (name, op, ieee) in ops {
+        let mut pairs: Vec<(f32, f32)> = (0..200_000).map(|_| (rng.f32(), rng.f32())).collect();
+        for &a in &tiny {
+            for &b in &tiny {
+                pairs.extend([(a, b), (-a, b), (a, -b), (a, 1.0 - f32::EPSILON), (a, 0.5)]);
+            }
+        }
+        for (a, b) in pairs {
+            let r = op(a, b);
+            assert_strict_bits(name, a, r);
+            // And it is the IEEE result of the canonicalized inputs, canonicalized.
+            let want = nm::canon(ieee(nm::canon(a), nm::canon(b)));
+            assert_eq!(r.to_bits(), want.to_bits(), "{name}({a:e}, {b:e})");
+        }
+    }
+    // Exactly-denormal results flush to the zero of their sign.
+    assert_eq!(nm::sub(1.5 * f32::MIN_POSITIVE, f32::MIN_POSITIVE * 1.25).to_bits(), 0);
+    assert_eq!(nm::sub(f32::MIN_POSITIVE * 1.25, 1.5 * f32::MIN_POSITIVE).to_bits(), 0x8000_0000);
+    assert_eq!(nm::mul(1e-20, -1e-20).to_bits(), 0x8000_0000);
+    // The FLT_MIN edge: IEEE rounds (2 - 2^-23) * 2^-127 up to FLT_MIN (documented).
+    let a = f32::from_bits(0x1f7f_ffff); // (2 - 2^-23) * 2^-64
+    let b = f32::from_bits(0x2080_0000); // 2^-62
+    assert_eq!(nm::mul(a, b), f32::MIN_POSITIVE);
+}
+
+/// The tree written out as the CPU SIMD executor maps it: 16 vector accumulators of 16 lanes,
+/// lane `j` of the spec = vector `j / 16`, element `j % 16`.
+fn sum_as_16x16(xs: &[f32]) -> f32 {
+    let mut acc = [[0.0f32; 16]; 16];
+    for (i, &x) in xs.iter().enumerate() {
+        let j = i % 256;
+        acc[j / 16][j % 16] = nm::add(acc[j / 16][j % 16], x);
+    }
+    // s = 128, 64, 32, 16: whole vectors combine (vector v with v + s/16).
+    for s in [8usize, 4, 2, 1] {
+        for v in 0..s {
+            let hi = acc[v + s];
+            for (l, h) in acc[v].iter_mut().zip(hi) {
+                *l = nm::add(*l, h);
+            }
+        }
+    }
+    // s = 8, 4, 2, 1: within vector 0.
+    let mut v = acc[0];
+    for s in [8usize, 4, 2, 1] {
+        for l in 0..s {
+            v[l] = nm::add(v[l], v[l + s]);
+        }
+    }
+    v[0]
+}
+
+#[test]
+fn sum_follows_the_tree_and_is_accurate() {
+    let mut rng = Rng(7);
+    for n in [0usize, 1, 2, 255, 256, 257, 1000, 4096, 65_537] {
+        let xs: Vec<f32> = (0..n).map(|_| rng.normalish()).collect();
+        let s = nm::sum(&xs);
+        assert_eq!(s.to_bits(), nm::sum(&xs).to_bits());
+        assert_eq!(s.to_bits(), sum_as_16x16(&xs).to_bits(), "n = {n}");
+        let exact: f64 = xs.iter().map(|&x| x as f64).sum();
+        let abs: f64 = xs.iter().map(|&x| x.abs() as f64).sum();
+        // Every element passes through at most ceil(n/256) + 8 roundings.
+        let depth = n.div_ceil(256) as f64 + 8.0;
+        assert!((s as f64 - exact).abs() <= depth * 2f64.powi(-24) * abs * 1.01, "n = {n}");
+    }
+    assert_eq!(nm::sum(&[]).to_bits(), 0);
+    assert_eq!(nm::sum(&[-0.0, -0.0]).to_bits(), 0);
+    assert_eq!(nm::sum(&[1.0, f32::NAN]).to_bits(), nm::CANONICAL_NAN);
+    // A case where order matters: the tree, not left to right.
+    let mut xs = vec![0.0f32; 257];
+    xs[0] = 1.0;
+    xs[256] = 2f32.powi(-24);
+    xs[1] = 2f32.powi(-24);
+    // Lane 0 gets 1 + 2^-24 (ties to even: 1), lane 1 gets 2^-24; the tree then adds 1 + 2^-24 = 1.
+    assert_eq!(nm::sum(&xs), 1.0);
+    assert_eq!(nm::max_reduce(&[1.0, 3.0, -2.0]), 3.0);
+    assert_eq!(nm::max_reduce(&[]), f32::NEG_INFINITY);
+    assert!(nm::max_reduce(&[1.0, f32::NAN]).is_nan());
+}
+
+#[test]
+fn dot_is_sequential() {
+    let mut rng = Rng(11);
+    let a: Vec<f32> = (0..1000).map(|_| rng.normalish()).collect();
+    let b: Vec<f32> = (0..1000).map(|_| rng.normalish()).collect();
+    let mut acc = 0.0f32;
+    for k in 0..a.len() {
+        acc = nm::add(acc, nm::mul(a[k], b[k]));
+    }
+    assert_eq!(nm::dot(&a, &b).to_bits(), acc.to_bits());
+    assert_eq!(nm::dot(&[], &[]).to_bits(), 0);
+}
+
+#[test]
+fn row_kernels() {
+    let mut rng = Rng(5);
+    let x: Vec<f32> = (0..1000).map(|_| rng.normalish() * 3.0).collect();
+    let xd: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let n = x.len() as f64;
+
+    let mut y = vec![0.0; x.len()];
+    nm::softmax_row(&x, &mut y);
+    let m = xd.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    // x - max is rounded to f32 first (as the kernel does); the rest is exact.
+    let dd: Vec<f64> = x.iter().map(|&v| nm::sub(v, m as f32) as f64).collect();
+    let z: f64 = dd.iter().map(|v| v.exp()).sum();
+    for (i, &v) in y.iter().enumerate() {
+        let exact = dd[i].exp() / z;
+        assert!(ulp_error(v, exact) <= 8.0, "softmax[{i}]");
+    }
+    let mut y2 = vec![0.0; x.len()];
+    nm::softmax_row(&x, &mut y2);
+    assert_eq!(y, y2);
+
+    let g: Vec<f32> = (0..1000).map(|_| rng.normalish()).collect();
+    let b: Vec<f32> = (0..1000).map(|_| rng.normalish()).collect();
+    nm::layernorm_row(&x, Some(&g), Some(&b), 1e-5, &mut y);
+    let mu = xd.iter().sum::<f64>() / n;
+    let var = xd.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n;
+    for i in 0..x.len() {
+        let exact = (xd[i] - mu) / (var + 1e-5).sqrt() * g[i] as f64 + b[i] as f64;
+        assert!((y[i] as f64 - exact).abs() < 1e-5, "layernorm[{i}]");
+    }
+    // The exact steps, spelled out.
+    let mu32 = nm::div(nm::sum(&x), 1000.0);
+    assert_eq!(mu32, nm::mean(&x));
+    let d: Vec<f32> = x.iter().map(|&v| nm::sub(v, mu32)).collect();
+    let sq: Vec<f32> = d.iter().map(|&v| nm::mul(v, v)).collect();
+    let rs = nm::rsqrt(nm::add(nm::div(nm::sum(&sq), 1000.0), 1e-5));
+    for i in 0..x.len() {
+        let want = nm::add(nm::mul(nm::mul(d[i], rs), g[i]), b[i]);
+        assert_eq!(y[i].to_bits(), want.to_bits());
+    }
+
+    nm::rmsnorm_row(&x, Some(&g), 1e-6, &mut y);
+    let ms = xd.iter().map(|v| v * v).sum::<f64>() / n;
+    for i in 0..x.len() {
+        let exact = xd[i] / (ms + 1e-6).sqrt() * g[i] as f64;
+        assert!((y[i] as f64 - exact).abs() < 1e-5, "rmsnorm[{i}]");
+    }
+    assert!(nm::mean(&[]).is_nan());
+}
+
+// ---- exhaustive runs (release mode; multi-threaded) ----
+
+fn exhaustive(name: &str) {
+    let case = cases().into_iter().find(|c| c.name == name).unwrap();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
+    let chunk = (1u64 << 32) / threads;
+    let case = &case;
+    let results: Vec<(f64, f32)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let hi = if t + 1 == threads { 1u64 << 32 } else { (t + 1) * chunk };
+                    measure(case, (t * chunk..hi).map(|b| f32::from_bits(b as u32)))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (e, x) = results.into_iter().fold((0.0, 0.0), |a, b| if b.0 > a.0 { b } else { a });
+    println!("EXHAUSTIVE {name}: max {e:.4} ulp at {x:e} ({:#010x}), bound {}", x.to_bits(), case.bound);
+    assert!(e <= case.bound);
+}
+
+macro_rules! exhaustive_tests {
+    ($($f:ident),*) => {$(
+        #[test]
+        #[ignore = "all 2^32 inputs; run in release"]
+        fn $f() {
+            exhaustive(&stringify!($f)["exhaustive_".len()..]);
+        }
+    )*};
+}
+exhaustive_tests!(
+    exhaustive_recip,
+    exhaustive_sqrt,
+    exhaustive_rsqrt,
+    exhaustive_exp,
+    exhaustive_log,
+    exhaustive_tanh,
+    exhaustive_sigmoid,
+    exhaustive_erf,
+    exhaustive_gelu
+);
+
+#[test]
+#[ignore = "all 2^32 inputs; run in release"]
+fn exhaustive_f16_bf16_conversions() {
+    for b in 0..=u32::MAX {
+        let x = f32::from_bits(b);
+        let xc = nm::canon(x);
+        if xc.is_nan() {
+            continue;
+        }
+        assert_eq!(nm::f32_to_f16_bits(x), half::f16::from_f32(xc).to_bits(), "{b:#x}");
+        assert_eq!(nm::f32_to_bf16_bits(x), half::bf16::from_f32(xc).to_bits(), "{b:#x}");
+    }
+}
+
+/// recip, sqrt and rsqrt work on the significand (recip: [1, 2); sqrt, rsqrt: [1, 4)) and put the
+/// exponent back with integer arithmetic, so their error depends only on the significand (and on
+/// the exponent only at overflow/underflow). This runs *every* significand (2^23 for recip,
+/// 2^24 for sqrt/rsqrt) at one exponent, then every exponent for every 61st significand; together
+/// that is the exhaustive result for these three functions.
+#[test]
+#[ignore = "2^24 significands x 3 functions; run in release"]
+fn exhaustive_significands_recip_sqrt_rsqrt() {
+    for name in ["recip", "sqrt", "rsqrt"] {
+        let case = cases().into_iter().find(|c| c.name == name).unwrap();
+        let (lo, hi) =
+            if name == "recip" { (0x3f80_0000u32, 0x4000_0000u32) } else { (0x3f80_0000, 0x4080_0000) };
+        let (e1, x1) = measure(&case, (lo..hi).map(f32::from_bits));
+        let all_exp = (0u32..0x80_0000).step_by(61).flat_map(|m| {
+            (0u32..512).map(move |se| f32::from_bits(((se & 0x100) << 23) | ((se & 0xff) << 23) | m))
+        });
+        let (e2, x2) = measure(&case, all_exp);
+        let (e, x) = if e2 > e1 { (e2, x2) } else { (e1, x1) };
+        println!("EXHAUSTIVE-SIGNIFICANDS {name}: max {e:.9} ulp at {x:e} ({:#010x})", x.to_bits());
+        assert!(e <= case.bound);
+    }
+}
