@@ -142,8 +142,7 @@ fn scalar_immediate_forms() {
     let src = ".input %x f32[4]\n.output y f32[4]\nALLOC %t: f32[4]\nALLOC %u: f32[4]\nADD %t, %x, 1.5\nMUL %u, %t, -2.0\nSUB %t, %u, 0.5\nDIV %u, %t, 4.0\nMAX %t, %u, -3.0\nMIN %u, %t, 0.0\nSTORE y, %u\nFREE %t\nFREE %u\n";
     let x = [1.0f32, -1.0, 0.25, 10.0];
     let got = run_y(src, &[("x", f32s(&[4], &x))]);
-    let want: Vec<f32> =
-        x.iter().map(|&v| (((v + 1.5) * -2.0 - 0.5) / 4.0).clamp(-3.0, 0.0)).collect();
+    let want: Vec<f32> = x.iter().map(|&v| (((v + 1.5) * -2.0 - 0.5) / 4.0).clamp(-3.0, 0.0)).collect();
     assert_eq!(got, want);
 }
 

@@ -200,9 +200,14 @@ fn report(e: &anyhow::Error) {
         eprint!("{asm}");
         return;
     }
+    // Context added here comes first, then its causes; the library's errors already include
+    // their own sources in their messages, so a cause the text already holds is not repeated.
     let mut msg = format!("error: {e}");
     for cause in e.chain().skip(1) {
-        msg.push_str(&format!(": {cause}"));
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(&format!(": {text}"));
+        }
     }
     eprintln!("{msg}");
 }

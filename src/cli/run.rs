@@ -136,11 +136,12 @@ pub fn cmd_replay(a: ReplayArgs) -> Result<()> {
     match &replayer.divergence {
         None => {
             let distinct: std::collections::BTreeSet<u32> = trace.steps.iter().map(|s| s.index).collect();
+            let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
             println!(
-                "identical: all {} steps ({} distinct instructions) and {} outputs match the recording bit for bit",
-                stats.steps,
-                distinct.len(),
-                outputs.len()
+                "identical: all {} ({}) and {} match the recording bit for bit",
+                plural(stats.steps as usize, "step"),
+                plural(distinct.len(), "distinct instruction"),
+                plural(outputs.len(), "output")
             );
             Ok(())
         }

@@ -450,7 +450,9 @@ impl Trace {
                         if let Some((abs, ulp, pos, x, y)) = largest_difference(expected.dtype, e, a) {
                             let _ = writeln!(
                                 s,
-                                "  largest difference: {abs:e} absolute at element {pos} (expected {x:e}, got {y:e}); largest {ulp} ulp"
+                                "  largest difference: {abs:.3e} absolute at element {pos} (expected {:?}, got {:?}); largest {ulp} ulp",
+                                x as f32,
+                                y as f32
                             );
                         }
                     }

@@ -1,0 +1,246 @@
+//! The command line as a user meets it: exit statuses, messages, files written.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn adeadvm(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_adeadvm")).args(args).current_dir(dir).output().expect("runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn programs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("programs")
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn asm_disasm_asm_gives_the_same_bytes_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    for prog in ["mlp.s", "attention.s", "ffn.s", "loop.s", "kernel.s"] {
+        let src = programs().join(prog);
+        let out = adeadvm(&["asm", path(&src), "-o", "a.bib"], dir.path());
+        assert!(out.status.success(), "{prog}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).starts_with("wrote a.bib ("), "{}", text(&out.stderr));
+        let out = adeadvm(&["disasm", "a.bib", "-o", "a.s"], dir.path());
+        assert!(out.status.success(), "{prog}: {}", text(&out.stderr));
+        let out = adeadvm(&["asm", "a.s", "-o", "b.bib"], dir.path());
+        assert!(out.status.success(), "{prog}: {}", text(&out.stderr));
+        let (a, b) = (
+            std::fs::read(dir.path().join("a.bib")).unwrap(),
+            std::fs::read(dir.path().join("b.bib")).unwrap(),
+        );
+        assert!(a == b, "{prog}: reassembled bytes differ");
+    }
+}
+
+#[test]
+fn asm_errors_are_reported_all_at_once_with_status_1() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.s"),
+        ".input %x f32[4]\n.output y f32[4]\n    ALLOC %t: f32[4]\n    MATMLU %t, %x, %x\n    RELU %t, %nope\n",
+    )
+    .unwrap();
+    let out = adeadvm(&["asm", "bad.s"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("error: unknown mnemonic `MATMLU`\n --> bad.s:4:5\n"), "{err}");
+    assert!(err.contains("MATMLU %t, %x, %x\n  |     ^^^^^^"), "{err}");
+    assert!(err.contains("bad.s:5:"), "the second error is reported too: {err}");
+    assert!(err.trim_end().ends_with("due to 2 previous errors"), "{err}");
+    assert!(!dir.path().join("bad.bib").exists(), "no output file on failure");
+}
+
+#[test]
+fn asm_runs_the_verifier() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("leak.s"),
+        ".output y f32[2]\n    ALLOC %t: f32[2]\n    FILL %t, 1.0\n    STORE y, %t\n",
+    )
+    .unwrap();
+    let out = adeadvm(&["asm", "leak.s"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "error: instruction 2 (line 4, STORE): the program ends after this instruction (the end of the code) with %t still allocated (leaked; allocated by instruction 0 (line 2, ALLOC)); FREE it before the program ends\n"
+    );
+    assert!(!dir.path().join("leak.bib").exists());
+}
+
+#[test]
+fn bad_bytes_give_one_clear_line_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = adeadvm(&["asm", path(&programs().join("mlp.s")), "-o", "good.bib"], dir.path());
+    assert!(out.status.success());
+    let good = std::fs::read(dir.path().join("good.bib")).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.bib", vec![], "error: not an adeadvm program: the file is 0 bytes, shorter than the 96-byte header and digest\n"),
+        ("text.bib", b"hello world, this is not a program at all, not even close to one.........................".to_vec(),
+         "error: not an adeadvm program: bad magic bytes (expected \"ADEADVM\\x1a\", found [104, 101, 108, 108, 111, 32, 119, 111])\n"),
+        ("trunc.bib", good[..good.len() - 1].to_vec(), ""),
+    ];
+    for (name, bytes, want) in cases {
+        std::fs::write(dir.path().join(name), &bytes).unwrap();
+        for cmd in ["verify", "disasm", "run"] {
+            let out = adeadvm(&[cmd, name], dir.path());
+            assert_eq!(out.status.code(), Some(1), "{cmd} {name}: {}", text(&out.stderr));
+            let err = text(&out.stderr);
+            assert_eq!(err.lines().count(), 1, "{cmd} {name}: one line: {err}");
+            if !want.is_empty() {
+                assert_eq!(err, want, "{cmd} {name}");
+            }
+        }
+    }
+    let mut newer = good.clone();
+    newer[8] = 9;
+    std::fs::write(dir.path().join("newer.bib"), &newer).unwrap();
+    let out = adeadvm(&["verify", "newer.bib"], dir.path());
+    assert_eq!(
+        text(&out.stderr),
+        "error: this program uses .bib format 9.0, but this adeadvm reads format 1.x; upgrade adeadvm\n"
+    );
+    let out = adeadvm(&["verify", "missing.bib"], dir.path());
+    assert_eq!(text(&out.stderr), "error: cannot read missing.bib: No such file or directory (os error 2)\n");
+}
+
+#[test]
+fn verify_prints_digest_and_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = adeadvm(
+        &["verify", path(&programs().join("attention.s")), "--dim", "B=2", "--dim", "T=128"],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.starts_with("digest        "), "{s}");
+    assert!(s.contains("B = 2") && s.contains("T = 128"), "{s}");
+    assert!(s.contains("arena peak"), "{s}");
+    let out = adeadvm(&["verify", path(&programs().join("attention.s")), "--dim", "Q=2"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).starts_with("error: unknown dimension Q"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["frobnicate"][..],
+        &["asm"],
+        &["run", "x.bib", "--input", "noequals"],
+        &["verify", "x.s", "-D", "1X=2"],
+    ] {
+        let out = adeadvm(args, dir.path());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+    }
+    let out = adeadvm(&["--help"], dir.path());
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("Assemble a .s file"));
+}
+
+#[test]
+fn run_writes_outputs_and_replay_proves_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = programs().join("data/mlp_x.npy");
+    let input = format!("x={}", path(&x));
+    let out = adeadvm(
+        &[
+            "run",
+            path(&programs().join("mlp.s")),
+            "--input",
+            &input,
+            "--output",
+            "y=y.npy",
+            "--record",
+            "run.trace",
+        ],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let y = adeadvm::npy::read(&dir.path().join("y.npy"), None).unwrap();
+    assert_eq!(y.shape, vec![4, 10]);
+    let out = adeadvm(&["replay", path(&programs().join("mlp.s")), "run.trace"], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "identical: all 14 steps (14 distinct instructions) and 1 output match the recording bit for bit\n"
+    );
+}
+
+#[test]
+fn replay_names_the_instruction_a_changed_constant_affects() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = std::fs::read_to_string(programs().join("mlp.s")).unwrap();
+    assert!(original.contains(".const %b2 f32[10] = fill(0.01)"));
+    std::fs::write(dir.path().join("mlp.s"), &original).unwrap();
+    std::fs::write(dir.path().join("changed.s"), original.replace("fill(0.01)", "fill(0.02)")).unwrap();
+    let input = format!("x={}", path(&programs().join("data/mlp_x.npy")));
+    let out = adeadvm(&["run", "mlp.s", "--input", &input, "--record", "run.trace"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = adeadvm(&["replay", "changed.s", "run.trace"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    let matmul_line = original.lines().position(|l| l.contains("MATMUL %logits")).unwrap() + 1;
+    assert!(
+        stdout.starts_with(&format!("first difference at step 9: instruction 9 (MATMUL, changed.s:{matmul_line})\n  tensor wrote %logits: f32 [4, 10]\n")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  largest difference: 1.000e-2 absolute at element 0 (expected "), "{stdout}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("warning: the program differs from the one recorded"), "{stderr}");
+    assert!(stderr.ends_with("error: the replay differs from the recording\n"), "{stderr}");
+}
+
+#[test]
+fn run_input_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mlp = programs().join("mlp.s");
+    let x = format!("x={}", path(&programs().join("data/mlp_x.npy")));
+    let err = |args: &[&str]| {
+        let mut a = vec!["run", path(&mlp)];
+        a.extend_from_slice(args);
+        let out = adeadvm(&a, dir.path());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        text(&out.stderr)
+    };
+    assert_eq!(err(&[]), "error: missing input x: the program declares it as f32[B, 784]\n");
+    assert_eq!(
+        err(&["--input", "z=a.npy"]),
+        "error: cannot read a.npy: No such file or directory (os error 2)\n"
+    );
+    std::fs::write(
+        dir.path().join("a.npy"),
+        adeadvm::npy::to_bytes(&adeadvm::vm::HostTensor::from_f32(vec![2], &[1.0, 2.0]).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(
+        err(&["--input", "z=a.npy"]),
+        "error: --input z=a.npy: unknown input z (the program's inputs: x)\n"
+    );
+    assert_eq!(
+        err(&["--input", "x=a.npy"]),
+        "error: input x is declared f32[B, 784] (rank 2) but was given shape [2] (rank 1)\n"
+    );
+    assert_eq!(
+        err(&["--input", &x, "--output", "q=q.npy"]),
+        "error: --output q: the program has no output `q` (its outputs are: y)\n"
+    );
+    std::fs::write(dir.path().join("junk.npy"), b"not numpy").unwrap();
+    assert!(err(&["--input", "x=junk.npy"]).starts_with("error: junk.npy is not a valid .npy file: "));
+    assert_eq!(err(&["--input", &x, "--max-steps", "3"]), "error: the step budget of 3 instructions was used up; the program may loop forever (raise --max-steps if not)\n");
+}
+
+#[test]
+fn info_lists_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = adeadvm(&["info"], dir.path());
+    assert!(out.status.success());
+    let s = text(&out.stdout);
+    assert!(s.contains("\ncpu:") && s.contains("\nsimd:") && s.contains("\nmemory:"), "{s}");
+}
