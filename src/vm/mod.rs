@@ -20,7 +20,7 @@ use crate::exec::cpu::reference::{self as r, Binary, MatmulShape, Reduce, Unary}
 use crate::format::{ConstData, TensorKind};
 use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId};
 use crate::numerics as nx;
-use crate::verify::VerifiedProgram;
+use crate::verify::{MemoryPlan, VerifiedProgram};
 
 pub use tensor::{element_count, tensor_digest, AlignedBuf, HostTensor};
 
@@ -115,6 +115,8 @@ pub struct Vm {
     outputs: Vec<Option<HostTensor>>,
     consts: Vec<Option<ConstStore>>,
     arena: AlignedBuf,
+    /// The memory plan of the last dimension binding: runs with the same input shapes reuse it.
+    plan_cache: Option<(Vec<u64>, Arc<MemoryPlan>)>,
 }
 
 impl Vm {
@@ -157,7 +159,7 @@ impl Vm {
         }
         let outputs = vec![None; p.outputs.len()];
         let inputs = vec![None; input_ids.len()];
-        Ok(Vm { program, config, input_ids, inputs, outputs, consts, arena: AlignedBuf::default() })
+        Ok(Vm { program, config, input_ids, inputs, outputs, consts, arena: AlignedBuf::default(), plan_cache: None })
     }
 
     /// The program this VM runs.
@@ -227,7 +229,14 @@ impl Vm {
         let program = self.program.clone();
         let p = program.program();
         let dims = self.bind_dims()?;
-        let plan = program.plan(&dims)?;
+        let plan = match &self.plan_cache {
+            Some((d, plan)) if *d == dims => plan.clone(),
+            _ => {
+                let plan = Arc::new(program.plan(&dims)?);
+                self.plan_cache = Some((dims.clone(), plan.clone()));
+                plan
+            }
+        };
         let shapes: Vec<Vec<usize>> =
             p.tensors.iter().map(|t| t.shape.iter().map(|d| resolve(*d, &dims)).collect()).collect();
         let out_shapes: Vec<Vec<usize>> =
