@@ -159,7 +159,16 @@ impl Vm {
         }
         let outputs = vec![None; p.outputs.len()];
         let inputs = vec![None; input_ids.len()];
-        Ok(Vm { program, config, input_ids, inputs, outputs, consts, arena: AlignedBuf::default(), plan_cache: None })
+        Ok(Vm {
+            program,
+            config,
+            input_ids,
+            inputs,
+            outputs,
+            consts,
+            arena: AlignedBuf::default(),
+            plan_cache: None,
+        })
     }
 
     /// The program this VM runs.
