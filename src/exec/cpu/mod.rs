@@ -1,4 +1,102 @@
-//! The CPU executor. `reference` is the scalar strict implementation every other executor
-//! must match bit for bit.
+//! The CPU executor.
+//!
+//! - `reference`: the scalar strict implementation of every opcode; everything else must give
+//!   its bits in the strict tier.
+//! - `fpenv`: the flush-to-zero mode (MXCSR FTZ+DAZ) strict SIMD kernels run in.
+//! - [`SimdLevel`]: which vector instructions kernels may use, detected once with raw-cpuid;
+//!   `ADEADVM_SIMD=scalar|avx2|avx512` forces a lower level (for tests and comparisons).
+//! - [`Ctx`]: what a kernel call needs besides its data: level, tier and the worker pool.
+//!
+//! Threading rule: work is split into chunks whose results do not depend on how many there are
+//! (each output element is computed by exactly one chunk, in the same order whatever the split),
+//! so results never depend on the thread count.
 
+pub mod fpenv;
 pub mod reference;
+
+use crate::isa::Tier;
+
+/// Vector instruction sets a kernel may use, in increasing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SimdLevel {
+    /// Plain scalar code (the reference paths).
+    Scalar,
+    /// AVX2 and FMA (FMA only in the fast tier).
+    Avx2,
+    /// AVX-512 F, BW, DQ and VL.
+    Avx512,
+}
+
+impl SimdLevel {
+    /// The name used by `ADEADVM_SIMD` and `adeadvm info`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+        }
+    }
+
+    /// The best level this CPU supports.
+    pub fn detect() -> SimdLevel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let cpu = raw_cpuid::CpuId::new();
+            let f = cpu.get_feature_info();
+            let e = cpu.get_extended_feature_info();
+            let os_avx = f.as_ref().is_some_and(|f| f.has_oxsave() && f.has_avx());
+            let avx2 = os_avx && f.as_ref().is_some_and(|f| f.has_fma()) && e.as_ref().is_some_and(|e| e.has_avx2());
+            let avx512 = avx2
+                && e.as_ref().is_some_and(|e| e.has_avx512f() && e.has_avx512bw() && e.has_avx512dq() && e.has_avx512vl());
+            // raw-cpuid reports what the CPU has; std's detection also checks that the OS saves
+            // the wide registers (XCR0), which AVX-512 needs.
+            if avx512 && std::arch::is_x86_feature_detected!("avx512f") {
+                return SimdLevel::Avx512;
+            }
+            if avx2 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return SimdLevel::Avx2;
+            }
+        }
+        SimdLevel::Scalar
+    }
+
+    /// The level to use: the detected one, lowered by `ADEADVM_SIMD` if set (a request for
+    /// more than the CPU has is clamped to what it has).
+    pub fn from_env() -> SimdLevel {
+        let best = SimdLevel::detect();
+        match std::env::var("ADEADVM_SIMD").ok().as_deref() {
+            Some("scalar") => SimdLevel::Scalar,
+            Some("avx2") => best.min(SimdLevel::Avx2),
+            _ => best,
+        }
+    }
+}
+
+/// What a kernel call needs besides its data.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    pub level: SimdLevel,
+    pub tier: Tier,
+    /// Worker pool for splitting large kernels; None runs on the calling thread only.
+    pub pool: Option<&'a rayon::ThreadPool>,
+}
+
+impl Ctx<'_> {
+    /// Scalar, strict, single-threaded: the reference configuration.
+    pub fn reference() -> Ctx<'static> {
+        Ctx { level: SimdLevel::Scalar, tier: Tier::Strict, pool: None }
+    }
+    /// Threads available for splitting (1 without a pool).
+    pub fn threads(&self) -> usize {
+        self.pool.map_or(1, |p| p.current_num_threads())
+    }
+}
+
+/// A worker pool of `threads` threads, each in flush-to-zero mode.
+pub fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, rayon::ThreadPoolBuildError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .thread_name(|i| format!("adeadvm-cpu-{i}"))
+        .start_handler(|_| fpenv::enter_ftz_for_thread())
+        .build()
+}
