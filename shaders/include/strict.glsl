@@ -35,9 +35,22 @@ float strict_sub(float a, float b) {
     precise float r = strict_canon(a) - strict_canon(b);
     return strict_canon(r);
 }
+// Flush with tininess after rounding (x86 MXCSR FTZ+DAZ); see numerics::mul for the steps.
 float strict_mul(float a, float b) {
-    precise float r = strict_canon(a) * strict_canon(b);
-    return strict_canon(r);
+    a = strict_canon(a);
+    b = strict_canon(b);
+    precise float r = a * b;
+    r = strict_canon(r);
+    if ((floatBitsToUint(r) & 0x7fffffffu) == 0x00800000u) {
+        bool a_smaller = (floatBitsToUint(a) & 0x7fffffffu) <= (floatBitsToUint(b) & 0x7fffffffu);
+        float s = a_smaller ? a : b;
+        float l = a_smaller ? b : a;
+        precise float t = (s * 16777216.0) * l;
+        if ((floatBitsToUint(t) & 0x7fffffffu) < 0x0c800000u) {
+            r = uintBitsToFloat(floatBitsToUint(r) & 0x80000000u);
+        }
+    }
+    return r;
 }
 
 float strict_i_nan() { return S_F(STRICT_CANONICAL_NAN); }
