@@ -1,5 +1,6 @@
 //! Subcommands and their shared plumbing (loading `.s` or `.bib`, atomic output files).
 
+mod bench;
 mod run;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,8 @@ enum Command {
     Replay(ReplayArgs),
     /// Show this machine: CPU features, memory, executors and the determinism tier each gives.
     Info,
+    /// Time one kernel (matmul, add, exp, gelu, softmax, layernorm, dispatch) inside the VM.
+    Bench(bench::BenchArgs),
 }
 
 /// How to read a program given on the command line (.bib, or .s assembled in memory).
@@ -110,6 +113,9 @@ struct RunArgs {
     /// End the run after this many executed instructions.
     #[arg(long, value_name = "N")]
     max_steps: Option<u64>,
+    /// Worker threads (default: every core). Results are the same for any number.
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     #[command(flatten)]
     source: SourceArgs,
 }
@@ -183,6 +189,7 @@ pub fn main() -> i32 {
         Command::Run(a) => run::cmd_run(a),
         Command::Replay(a) => run::cmd_replay(a),
         Command::Info => run::cmd_info(),
+        Command::Bench(a) => bench::cmd_bench(a),
     });
     match result {
         Ok(Ok(())) => 0,

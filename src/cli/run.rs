@@ -38,7 +38,8 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
             );
         }
     }
-    let config = VmConfig { max_memory: a.max_memory, max_steps: a.max_steps };
+    let config =
+        VmConfig { max_memory: a.max_memory, max_steps: a.max_steps, threads: a.threads, simd: None };
     let mut vm = Vm::new(program.clone(), config)?;
     let mut recorded_inputs = Vec::new();
     for (name, path) in &a.inputs {

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::exec::cpu::fpenv::FtzGuard;
 use crate::exec::cpu::reference::{self as r, Binary, MatmulShape, Reduce, Unary};
+use crate::exec::cpu::{worker_pool, SimdLevel};
 use crate::format::{ConstData, TensorKind};
 use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId};
 use crate::numerics as nx;
@@ -32,6 +34,11 @@ pub struct VmConfig {
     pub max_memory: Option<u64>,
     /// End a run after this many executed instructions. None: no limit.
     pub max_steps: Option<u64>,
+    /// Worker threads for large kernels. None: every core. Results never depend on it.
+    pub threads: Option<usize>,
+    /// Vector instructions kernels may use. None: the best this CPU has, lowered by
+    /// `ADEADVM_SIMD`. Strict-tier results never depend on it.
+    pub simd: Option<SimdLevel>,
 }
 
 /// Why a run failed.
@@ -47,6 +54,8 @@ pub enum VmError {
     OutOfMemory(u64),
     #[error("the step budget of {0} instructions was used up; the program may loop forever (raise --max-steps if not)")]
     StepBudget(u64),
+    #[error("cannot start {threads} worker threads: {why}")]
+    Threads { threads: usize, why: String },
     #[error("instruction {index} ({at}): {what}")]
     Runtime { index: usize, at: String, what: String },
 }
@@ -117,6 +126,8 @@ pub struct Vm {
     arena: AlignedBuf,
     /// The memory plan of the last dimension binding: runs with the same input shapes reuse it.
     plan_cache: Option<(Vec<u64>, Arc<MemoryPlan>)>,
+    level: SimdLevel,
+    pool: Option<rayon::ThreadPool>,
 }
 
 impl Vm {
@@ -159,6 +170,14 @@ impl Vm {
         }
         let outputs = vec![None; p.outputs.len()];
         let inputs = vec![None; input_ids.len()];
+        let level = config.simd.unwrap_or_else(SimdLevel::from_env).min(SimdLevel::detect());
+        let threads =
+            config.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let pool = if threads > 1 {
+            Some(worker_pool(threads).map_err(|e| VmError::Threads { threads, why: e.to_string() })?)
+        } else {
+            None
+        };
         Ok(Vm {
             program,
             config,
@@ -168,7 +187,19 @@ impl Vm {
             consts,
             arena: AlignedBuf::default(),
             plan_cache: None,
+            level,
+            pool,
         })
+    }
+
+    /// The vector instruction level kernels use.
+    pub fn simd_level(&self) -> SimdLevel {
+        self.level
+    }
+
+    /// Worker threads kernels may use.
+    pub fn threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
     }
 
     /// The program this VM runs.
@@ -235,6 +266,8 @@ impl Vm {
     /// Runs the program once, reporting every step to `observer`.
     pub fn run_observed(&mut self, observer: &mut dyn Observer) -> Result<RunStats, VmError> {
         let start = Instant::now();
+        // Strict kernels rely on flush-to-zero mode (see exec::cpu::fpenv); restored on return.
+        let _ftz = FtzGuard::new();
         let program = self.program.clone();
         let p = program.program();
         let dims = self.bind_dims()?;

@@ -1,0 +1,201 @@
+//! `adeadvm bench`: times one kernel inside the VM (the figure a program gets) and prints
+//! milliseconds with GFLOP/s or GB/s. `benches/peer_cpu.py` runs it beside numpy.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+use adeadvm::asm::{assemble, AsmOptions};
+use adeadvm::format::Program;
+use adeadvm::isa::Tier;
+use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Kernel {
+    /// SGEMM SIZE×SIZE×SIZE (GFLOP/s).
+    Matmul,
+    /// y = a + b over SIZE elements (GB/s, 12 bytes per element).
+    Add,
+    /// y = exp(x) over SIZE elements.
+    Exp,
+    /// y = gelu(x) over SIZE elements.
+    Gelu,
+    /// softmax over the rows of a SIZE×SIZE matrix.
+    Softmax,
+    /// layernorm over the rows of a SIZE×1024 matrix.
+    Layernorm,
+    /// Interpreter overhead: a chain of 1000 dependent ADDs on 1-element tensors (ns per op).
+    Dispatch,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// The kernel to time.
+    #[arg(value_enum)]
+    kernel: Kernel,
+    /// Problem size: N (accepts K and M suffixes: 16M = 16·2^20).
+    #[arg(default_value = "1024", value_parser = parse_size)]
+    size: usize,
+    /// Determinism tier.
+    #[arg(long, default_value = "strict", value_parser = ["strict", "fast"])]
+    tier: String,
+    /// Executor (only `cpu` in this version).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
+    backend: String,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    iters: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1usize << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{s}` is not a positive size (e.g. 1024, 16M)"))
+}
+
+/// Records the duration of every execution of one instruction.
+struct TimeOf {
+    index: usize,
+    times: Vec<Duration>,
+}
+
+impl Observer for TimeOf {
+    fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
+        if e.index == self.index {
+            self.times.push(e.elapsed);
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+pub fn cmd_bench(a: BenchArgs) -> Result<()> {
+    let n = a.size;
+    let tier = Tier::from_name(&a.tier).context("tier")?;
+    // (program text, timed instruction index, inputs, flops per run, bytes per run)
+    let f32_input = |shape: Vec<usize>, seed: u32| -> Result<HostTensor> {
+        let count: usize = shape.iter().product();
+        let values: Vec<f32> =
+            (0..count as u64).map(|i| adeadvm::rand::philox_uniform(seed, i) * 2.0 - 1.0).collect();
+        HostTensor::from_f32(shape, &values).context("input too large")
+    };
+    let (src, index, inputs, flops, bytes): (String, usize, Vec<(&str, HostTensor)>, f64, f64) = match a.kernel {
+        Kernel::Matmul => (
+            format!(".input %a f32[{n}, {n}]\n.input %b f32[{n}, {n}]\n.output y f32[{n}, {n}]\nALLOC %c: f32[{n}, {n}]\nMATMUL %c, %a, %b\nSTORE y, %c\nFREE %c\n"),
+            1,
+            vec![("a", f32_input(vec![n, n], 1)?), ("b", f32_input(vec![n, n], 2)?)],
+            2.0 * (n as f64).powi(3),
+            12.0 * (n as f64).powi(2),
+        ),
+        Kernel::Add => (
+            format!(".input %a f32[{n}]\n.input %b f32[{n}]\n.output y f32[{n}]\nALLOC %c: f32[{n}]\nADD %c, %a, %b\nSTORE y, %c\nFREE %c\n"),
+            1,
+            vec![("a", f32_input(vec![n], 1)?), ("b", f32_input(vec![n], 2)?)],
+            n as f64,
+            12.0 * n as f64,
+        ),
+        Kernel::Exp | Kernel::Gelu => {
+            let op = if matches!(a.kernel, Kernel::Exp) { "EXP" } else { "GELU" };
+            (
+                format!(".input %a f32[{n}]\n.output y f32[{n}]\nALLOC %c: f32[{n}]\n{op} %c, %a\nSTORE y, %c\nFREE %c\n"),
+                1,
+                vec![("a", f32_input(vec![n], 1)?)],
+                n as f64,
+                8.0 * n as f64,
+            )
+        }
+        Kernel::Softmax => (
+            format!(".input %a f32[{n}, {n}]\n.output y f32[{n}, {n}]\nALLOC %c: f32[{n}, {n}]\nSOFTMAX %c, %a\nSTORE y, %c\nFREE %c\n"),
+            1,
+            vec![("a", f32_input(vec![n, n], 1)?)],
+            5.0 * (n * n) as f64,
+            8.0 * (n * n) as f64,
+        ),
+        Kernel::Layernorm => (
+            format!(".input %a f32[{n}, 1024]\n.output y f32[{n}, 1024]\nALLOC %c: f32[{n}, 1024]\nLAYERNORM %c, %a\nSTORE y, %c\nFREE %c\n"),
+            1,
+            vec![("a", f32_input(vec![n, 1024], 1)?)],
+            8.0 * (n * 1024) as f64,
+            8.0 * (n * 1024) as f64,
+        ),
+        Kernel::Dispatch => {
+            let mut s = String::from(".output y f32[1]\nALLOC %c: f32[1]\nFILL %c, 0.0\n");
+            for _ in 0..1000 {
+                s.push_str("ADD %c, %c, 1.0\n");
+            }
+            s.push_str("STORE y, %c\nFREE %c\n");
+            (s, usize::MAX, Vec::new(), 1000.0, 0.0)
+        }
+    };
+    let program = assemble(&src, "bench.s", &AsmOptions { defines: Vec::new(), base_dir: ".".into() })?;
+    let mut program = Program::from_bytes(program.to_bytes())?;
+    program.tier = tier;
+    let verified = Arc::new(adeadvm::verify::verify(program)?);
+    let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |t| t.get()));
+    let mut vm = Vm::new(verified, VmConfig { threads: Some(threads), ..VmConfig::default() })?;
+    for (name, t) in inputs {
+        vm.set_input(name, t)?;
+    }
+    if a.iters == 0 {
+        bail!("--iters must be at least 1");
+    }
+    // One untimed run warms caches and allocates the arena.
+    vm.run()?;
+    let mut samples = Vec::with_capacity(a.iters);
+    for _ in 0..a.iters {
+        if index == usize::MAX {
+            let stats = vm.run()?;
+            samples.push(stats.elapsed / stats.steps.max(1) as u32);
+        } else {
+            let mut timer = TimeOf { index, times: Vec::new() };
+            vm.run_observed(&mut timer)?;
+            samples.extend(timer.times);
+        }
+    }
+    samples.sort();
+    let median = samples[samples.len() / 2].as_secs_f64();
+    let name = format!("{:?}", a.kernel).to_lowercase();
+    let level = vm.simd_level().name();
+    if a.json {
+        println!(
+            "{{\"kernel\":\"{name}\",\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"gflops\":{:.3},\"gbps\":{:.3}}}",
+            a.tier,
+            a.backend,
+            flops / median / 1e9,
+            bytes / median / 1e9
+        );
+        return Ok(());
+    }
+    let what = match a.kernel {
+        Kernel::Matmul => format!("{:.1} GFLOP/s", flops / median / 1e9),
+        Kernel::Dispatch => format!("{:.0} ns per instruction", median * 1e9),
+        _ => format!("{:.2} GB/s", bytes / median / 1e9),
+    };
+    let shown = if matches!(a.kernel, Kernel::Dispatch) {
+        format!("{:.3} µs", median * 1e6)
+    } else {
+        format!("{:.3} ms", median * 1e3)
+    };
+    println!(
+        "{name} {n}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {})",
+        a.backend,
+        a.tier,
+        samples.len()
+    );
+    Ok(())
+}
