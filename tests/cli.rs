@@ -169,7 +169,7 @@ fn run_writes_outputs_and_replay_proves_them() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "identical: all 14 steps (14 distinct instructions) and 1 output match the recording bit for bit\n"
+        "identical: all 14 steps (14 distinct instructions) and 1 output match the recording bit for bit (replayed on cpu)\n"
     );
 }
 
@@ -243,4 +243,45 @@ fn info_lists_the_cpu() {
     assert!(out.status.success());
     let s = text(&out.stdout);
     assert!(s.contains("\ncpu:") && s.contains("\nsimd:") && s.contains("\nmemory:"), "{s}");
+}
+
+#[test]
+fn every_cpu_program_runs_and_replays_identically_at_any_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = programs().join("data");
+    let cases: [(&str, &[&str]); 4] = [
+        ("mlp.s", &["x=mlp_x.npy"]),
+        ("attention.s", &["x=attention_x.npy", "mask=attention_mask.npy"]),
+        ("ffn.s", &["x=ffn_x.npy"]),
+        ("loop.s", &["x=loop_x.npy"]),
+    ];
+    for (prog, inputs) in cases {
+        let src = programs().join(prog);
+        let mut args = vec![
+            "run".to_string(),
+            path(&src).to_string(),
+            "--record".into(),
+            "run.trace".into(),
+            "--threads".into(),
+            "1".into(),
+        ];
+        for i in inputs {
+            let (name, file) = i.split_once('=').unwrap();
+            args.extend(["--input".to_string(), format!("{name}={}", path(&data.join(file)))]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = adeadvm(&args, dir.path());
+        assert!(out.status.success(), "{prog}: {}", text(&out.stderr));
+        for threads in ["1", "2", "3"] {
+            let out = adeadvm(&["replay", path(&src), "run.trace", "--threads", threads], dir.path());
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{prog} replay with {threads} threads: {}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+            assert!(text(&out.stdout).starts_with("identical: all "), "{prog}: {}", text(&out.stdout));
+        }
+    }
 }

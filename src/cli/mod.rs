@@ -116,6 +116,9 @@ struct RunArgs {
     /// Worker threads (default: every core). Results are the same for any number.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
+    /// Executor (this version has the CPU executor only).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
+    backend: String,
     #[command(flatten)]
     source: SourceArgs,
 }
@@ -129,6 +132,12 @@ struct ReplayArgs {
     /// Override the determinism tier for the replay.
     #[arg(long, value_parser = ["strict", "fast"])]
     tier: Option<String>,
+    /// Executor to replay on (this version has the CPU executor only).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
+    backend: String,
+    /// Worker threads for the replay (default: every core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     #[command(flatten)]
     source: SourceArgs,
 }

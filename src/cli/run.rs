@@ -81,7 +81,8 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
     }
     if a.profile {
         eprintln!(
-            "\nprofile ({} steps, {:.3} ms, arena {} bytes):",
+            "\nprofile ({}, {} steps, {:.3} ms, arena {} bytes):",
+            a.backend,
             stats.steps,
             stats.elapsed.as_secs_f64() * 1e3,
             stats.arena_bytes
@@ -123,7 +124,7 @@ pub fn cmd_replay(a: ReplayArgs) -> Result<()> {
             &digest_hex(&p.digest)[..16]
         );
     }
-    let mut vm = Vm::new(program.clone(), VmConfig::default())?;
+    let mut vm = Vm::new(program.clone(), VmConfig { threads: a.threads, ..VmConfig::default() })?;
     for (name, t) in &trace.inputs {
         vm.set_input(name, t.clone()).with_context(|| format!("the recorded input `{name}`"))?;
     }
@@ -139,10 +140,11 @@ pub fn cmd_replay(a: ReplayArgs) -> Result<()> {
             let distinct: std::collections::BTreeSet<u32> = trace.steps.iter().map(|s| s.index).collect();
             let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
             println!(
-                "identical: all {} ({}) and {} match the recording bit for bit",
+                "identical: all {} ({}) and {} match the recording bit for bit (replayed on {})",
                 plural(stats.steps as usize, "step"),
                 plural(distinct.len(), "distinct instruction"),
-                plural(outputs.len(), "output")
+                plural(outputs.len(), "output"),
+                a.backend
             );
             Ok(())
         }
