@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use adeadvm::asm::{assemble, AsmOptions};
 use adeadvm::format::Program;
 use adeadvm::isa::Tier;
-use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig};
+use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig, Wants};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Kernel {
@@ -76,6 +76,9 @@ struct TimeOf {
 }
 
 impl Observer for TimeOf {
+    fn wants(&self) -> Wants {
+        Wants { timing: true, written: false }
+    }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
         if e.index == self.index {
             self.times.push(e.elapsed);

@@ -13,7 +13,7 @@ use adeadvm::isa::Tier;
 use adeadvm::profile::{Fanout, Profiler};
 use adeadvm::trace::{Recorder, Replayer, Trace, DEFAULT_VALUE_BUDGET};
 use adeadvm::verify::{self, VerifiedProgram};
-use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig};
+use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig, Wants};
 
 use super::{load_program, ReplayArgs, RunArgs, SourceArgs};
 
@@ -227,6 +227,9 @@ impl Progress {
 }
 
 impl Observer for Progress {
+    fn wants(&self) -> Wants {
+        Wants::default()
+    }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
         if self.enabled && e.step % 64 == 0 {
             let now = self.start.elapsed();

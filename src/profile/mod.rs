@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use crate::isa::Opcode;
-use crate::vm::{Observer, StepEvent};
+use crate::vm::{Observer, StepEvent, Wants};
 
 /// Totals for one opcode.
 #[derive(Clone, Debug, Default)]
@@ -93,6 +93,9 @@ impl Profiler {
 }
 
 impl Observer for Profiler {
+    fn wants(&self) -> Wants {
+        Wants { timing: true, written: false }
+    }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
         let t = self.totals.entry(e.instruction.insn.opcode()).or_default();
         t.count += 1;
@@ -111,6 +114,12 @@ impl Observer for Profiler {
 pub struct Fanout<'a>(pub Vec<&'a mut dyn Observer>);
 
 impl Observer for Fanout<'_> {
+    fn wants(&self) -> Wants {
+        self.0.iter().fold(Wants::default(), |w, o| {
+            let x = o.wants();
+            Wants { timing: w.timing || x.timing, written: w.written || x.written }
+        })
+    }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
         let mut flow = ControlFlow::Continue(());
         for o in &mut self.0 {

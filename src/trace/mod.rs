@@ -21,7 +21,7 @@ use thiserror::Error;
 
 use crate::format::digest_hex;
 use crate::isa::{DType, Tier};
-use crate::vm::{tensor_digest, HostTensor, Observer, StepEvent};
+use crate::vm::{tensor_digest, HostTensor, Observer, StepEvent, Wants};
 
 const MAGIC: &[u8; 8] = b"ADEADTRC";
 const VERSION: u16 = 1;
@@ -96,6 +96,9 @@ impl Recorder {
 }
 
 impl Observer for Recorder {
+    fn wants(&self) -> Wants {
+        Wants { timing: false, written: true }
+    }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
         let written = e.written.map(|(dtype, shape, bytes)| {
             let keep = bytes.len() as u64 <= self.budget;
@@ -161,6 +164,9 @@ impl<'t> Replayer<'t> {
 }
 
 impl Observer for Replayer<'_> {
+    fn wants(&self) -> Wants {
+        Wants { timing: false, written: true }
+    }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
         let step = self.step;
         self.step += 1;

@@ -19,7 +19,7 @@ use thiserror::Error;
 use crate::exec::cpu::fpenv::FtzGuard;
 use crate::exec::cpu::reference::{self as r, Binary, MatmulShape, Reduce, Unary};
 use crate::exec::cpu::{worker_pool, SimdLevel};
-use crate::format::{ConstData, TensorKind};
+use crate::format::{ConstData, Program, TensorKind};
 use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId};
 use crate::numerics as nx;
 use crate::verify::{MemoryPlan, VerifiedProgram};
@@ -68,9 +68,10 @@ pub struct StepEvent<'a> {
     pub index: usize,
     pub instruction: &'a Instruction,
     /// The tensor the instruction wrote (dtype, concrete shape, bytes): for STORE the output.
-    /// None for instructions that write no tensor data (control, ALLOC, FREE).
+    /// None for instructions that write no tensor data (control, ALLOC, FREE), and unless an
+    /// observer wants written data.
     pub written: Option<(DType, &'a [usize], &'a [u8])>,
-    /// Wall time of this instruction.
+    /// Wall time of this instruction (zero unless an observer wants timing).
     pub elapsed: Duration,
     /// Floating-point operations it performed (matmul: 2·M·N·K), for the profiler.
     pub flops: u64,
@@ -78,15 +79,32 @@ pub struct StepEvent<'a> {
     pub bytes: u64,
 }
 
+/// What an observer needs in each [`StepEvent`]. What none asks for is left out (`elapsed` is
+/// zero, `written` is None), which keeps the interpreter's cost per instruction low.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wants {
+    /// Time each instruction (two clock reads per instruction).
+    pub timing: bool,
+    /// Show the tensor each instruction wrote.
+    pub written: bool,
+}
+
 /// Receives every step of a run (trace recording, replay, profiling, progress).
 pub trait Observer {
     /// Called after each instruction; `Break` ends the run early (it still returns Ok).
     fn step(&mut self, event: &StepEvent<'_>) -> ControlFlow<()>;
+    /// What this observer needs in each event (default: everything).
+    fn wants(&self) -> Wants {
+        Wants { timing: true, written: true }
+    }
 }
 
 impl Observer for () {
     fn step(&mut self, _: &StepEvent<'_>) -> ControlFlow<()> {
         ControlFlow::Continue(())
+    }
+    fn wants(&self) -> Wants {
+        Wants::default()
     }
 }
 
@@ -128,6 +146,8 @@ pub struct Vm {
     plan_cache: Option<(Vec<u64>, Arc<MemoryPlan>)>,
     level: SimdLevel,
     pool: Option<rayon::ThreadPool>,
+    /// The tensor each instruction writes, decoded once.
+    writes: Vec<Option<TensorId>>,
 }
 
 impl Vm {
@@ -179,7 +199,6 @@ impl Vm {
             None
         };
         Ok(Vm {
-            program,
             config,
             input_ids,
             inputs,
@@ -189,6 +208,8 @@ impl Vm {
             plan_cache: None,
             level,
             pool,
+            writes: program.instructions().iter().map(|i| i.insn.writes()).collect(),
+            program,
         })
     }
 
@@ -320,6 +341,7 @@ impl Vm {
         let code = program.instructions();
         let mut pc = 0usize;
         let mut steps = 0u64;
+        let wants = observer.wants();
         while pc < code.len() {
             if let Some(max) = self.config.max_steps {
                 if steps >= max {
@@ -327,15 +349,16 @@ impl Vm {
                 }
             }
             let ins = &code[pc];
-            let t0 = Instant::now();
-            let (next, cost) = self.exec(&mut frame, pc, &ins.insn)?;
-            let elapsed = t0.elapsed();
+            let t0 = wants.timing.then(Instant::now);
+            let (next, cost) = self.exec(p, &mut frame, pc, &ins.insn)?;
+            let elapsed = t0.map_or(Duration::ZERO, |t| t.elapsed());
             let written = match ins.insn {
+                _ if !wants.written => None,
                 Insn::Store { out, .. } => self.outputs[out.0 as usize]
                     .as_ref()
                     .map(|t| (t.dtype, frame.out_shapes[out.0 as usize].as_slice(), t.bytes())),
                 Insn::Alloc { .. } => None,
-                ref insn => insn.writes().map(|t| {
+                _ => self.writes[pc].map(|t| {
                     let i = t.0 as usize;
                     (p.tensors[i].dtype, frame.shapes[i].as_slice(), self.bytes_of(&frame.locs[i]))
                 }),
@@ -385,9 +408,13 @@ impl Vm {
     }
 
     /// Executes one instruction; returns where to go next and its (flops, bytes) cost.
-    fn exec(&mut self, f: &mut Frame, index: usize, insn: &Insn) -> Result<(Flow, (u64, u64)), VmError> {
-        let p = self.program.clone();
-        let p = p.program();
+    fn exec(
+        &mut self,
+        p: &Program,
+        f: &mut Frame,
+        index: usize,
+        insn: &Insn,
+    ) -> Result<(Flow, (u64, u64)), VmError> {
         let dt = |t: TensorId| p.tensors[t.0 as usize].dtype;
         let n_of = |f: &Frame, t: TensorId| f.shapes[t.0 as usize].iter().product::<usize>() as u64;
         let reg = |f: &Frame, r: crate::isa::Reg| f.regs[r.0 as usize];
@@ -427,7 +454,7 @@ impl Vm {
                 };
                 let src = TensorId(src.0 + k);
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
-                self.raw_op(f, dst, &[src], |out, ins| out.copy_from_slice(ins[0]));
+                self.raw_op(p, f, dst, &[src], |out, ins| out.copy_from_slice(ins[0]));
             }
             Insn::Store { out, src } => {
                 let bytes = self.bytes_of(&f.locs[src.0 as usize]);
@@ -438,7 +465,7 @@ impl Vm {
             }
             Insn::Copy { dst, src } | Insn::Reshape { dst, src } => {
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
-                self.raw_op(f, dst, &[src], |out, ins| out.copy_from_slice(ins[0]));
+                self.raw_op(p, f, dst, &[src], |out, ins| out.copy_from_slice(ins[0]));
             }
             Insn::Slice { dst, src, axis, start } => {
                 let shape = f.shapes[src.0 as usize].clone();
@@ -456,7 +483,7 @@ impl Vm {
                 }
                 let size = dt(dst).size();
                 cost.1 = 2 * n_of(f, dst) * size as u64;
-                self.raw_op(f, dst, &[src], |out, ins| {
+                self.raw_op(p, f, dst, &[src], |out, ins| {
                     let mut byte_shape = shape.clone();
                     byte_shape.push(size);
                     r::slice(ins[0], &byte_shape, ax, start as usize, len, out)
@@ -467,7 +494,7 @@ impl Vm {
                 let ax = norm_axis(axis, sa.len());
                 let size = dt(dst).size();
                 cost.1 = 2 * n_of(f, dst) * size as u64;
-                self.raw_op(f, dst, &[a, b], |out, ins| {
+                self.raw_op(p, f, dst, &[a, b], |out, ins| {
                     let (mut ba, mut bb) = (sa.clone(), sb.clone());
                     ba.push(size);
                     bb.push(size);
@@ -478,7 +505,7 @@ impl Vm {
                 let shape = f.shapes[src.0 as usize].clone();
                 let size = dt(dst).size();
                 cost.1 = 2 * n_of(f, dst) * size as u64;
-                self.raw_op(f, dst, &[src], |out, ins| match size {
+                self.raw_op(p, f, dst, &[src], |out, ins| match size {
                     2 => r::transpose(
                         bytemuck::cast_slice::<u8, u16>(ins[0]),
                         &shape,
@@ -499,7 +526,7 @@ impl Vm {
                 let row = tshape[1..].iter().product::<usize>() * dt(dst).size();
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
                 let mut bad = None;
-                self.raw_op(f, dst, &[table, indices], |out, ins| {
+                self.raw_op(p, f, dst, &[table, indices], |out, ins| {
                     let idx: Cow<[i32]> = cast_or_copy(ins[1]);
                     bad = r::gather(ins[0], rows, row, &idx, out).err();
                 });
@@ -517,25 +544,25 @@ impl Vm {
                 cost.1 = n_of(f, dst) * dt(dst).size() as u64;
                 if dt(dst) == DType::I32 {
                     let v = value as i32;
-                    self.int_op(f, dst, &[], |out, _| out.fill(v));
+                    self.int_op(p, f, dst, &[], |out, _| out.fill(v));
                 } else {
                     let v = nx::canon(value);
-                    self.float_op(f, dst, &[], |out, _| out.fill(v));
+                    self.float_op(p, f, dst, &[], |out, _| out.fill(v));
                 }
             }
             Insn::Cast { dst, src } => {
                 cost.1 = n_of(f, dst) * (dt(dst).size() + dt(src).size()) as u64;
-                self.cast(f, dst, src);
+                self.cast(p, f, dst, src);
             }
             Insn::Rand { dst, seed, dist } => {
                 cost.1 = n_of(f, dst) * dt(dst).size() as u64;
-                self.float_op(f, dst, &[], |out, _| crate::rand::fill_strict(seed, dist, out));
+                self.float_op(p, f, dst, &[], |out, _| crate::rand::fill_strict(seed, dist, out));
             }
 
             Insn::Neg { dst, a } | Insn::Abs { dst, a } if dt(dst) == DType::I32 => {
                 let neg = matches!(insn, Insn::Neg { .. });
                 cost.1 = 2 * n_of(f, dst) * 4;
-                self.int_op(f, dst, &[Some(a)], |out, ins| {
+                self.int_op(p, f, dst, &[Some(a)], |out, ins| {
                     for (o, &x) in out.iter_mut().zip(ins[0].unwrap_or_default()) {
                         *o = if neg { x.wrapping_neg() } else { x.wrapping_abs() };
                     }
@@ -553,7 +580,9 @@ impl Vm {
             | Insn::Gelu { dst, a } => {
                 let op = unary_of(insn.opcode());
                 cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                self.float_op(f, dst, &[Some(a)], |out, ins| r::unary(op, ins[0].unwrap_or_default(), out));
+                self.float_op(p, f, dst, &[Some(a)], |out, ins| {
+                    r::unary(op, ins[0].unwrap_or_default(), out)
+                });
             }
             Insn::Add { dst, a, b }
             | Insn::Sub { dst, a, b }
@@ -569,7 +598,7 @@ impl Vm {
                 );
                 cost = (n_of(f, dst), (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
                 if dt(dst) == DType::I32 {
-                    self.int_op(f, dst, &[Some(a), Some(b)], |out, ins| {
+                    self.int_op(p, f, dst, &[Some(a), Some(b)], |out, ins| {
                         r::binary_i32(
                             op,
                             ins[0].unwrap_or_default(),
@@ -581,7 +610,7 @@ impl Vm {
                         )
                     });
                 } else {
-                    self.float_op(f, dst, &[Some(a), Some(b)], |out, ins| {
+                    self.float_op(p, f, dst, &[Some(a), Some(b)], |out, ins| {
                         r::binary(
                             op,
                             ins[0].unwrap_or_default(),
@@ -602,7 +631,7 @@ impl Vm {
             | Insn::MinS { dst, a, s } => {
                 let op = binary_of(insn.opcode());
                 cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                self.float_op(f, dst, &[Some(a)], |out, ins| {
+                self.float_op(p, f, dst, &[Some(a)], |out, ins| {
                     r::binary_scalar(op, ins[0].unwrap_or_default(), s, out)
                 });
             }
@@ -618,7 +647,7 @@ impl Vm {
                 cost =
                     (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
                 let bias_shape = bias.map(|t| f.shapes[t.0 as usize].clone());
-                self.float_op(f, dst, &[Some(a), Some(b), bias], |out, ins| {
+                self.float_op(p, f, dst, &[Some(a), Some(b), bias], |out, ins| {
                     let bias = ins[2].zip(bias_shape.as_deref());
                     r::matmul(&g, ins[0].unwrap_or_default(), ins[1].unwrap_or_default(), bias, act, out)
                 });
@@ -627,7 +656,7 @@ impl Vm {
                 let shape = f.shapes[x.0 as usize].clone();
                 let mask_shape = mask.map(|t| f.shapes[t.0 as usize].clone());
                 cost = (5 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                self.float_op(f, dst, &[Some(x), mask], |out, ins| {
+                self.float_op(p, f, dst, &[Some(x), mask], |out, ins| {
                     r::softmax(
                         ins[0].unwrap_or_default(),
                         &shape,
@@ -640,14 +669,14 @@ impl Vm {
             Insn::Layernorm { dst, x, gamma, beta, eps } => {
                 let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
                 cost = (8 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                self.float_op(f, dst, &[Some(x), gamma, beta], |out, ins| {
+                self.float_op(p, f, dst, &[Some(x), gamma, beta], |out, ins| {
                     r::layernorm(ins[0].unwrap_or_default(), n, ins[1], ins[2], eps, out)
                 });
             }
             Insn::Rmsnorm { dst, x, gamma, eps } => {
                 let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
                 cost = (4 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                self.float_op(f, dst, &[Some(x), gamma], |out, ins| {
+                self.float_op(p, f, dst, &[Some(x), gamma], |out, ins| {
                     r::rmsnorm(ins[0].unwrap_or_default(), n, ins[1], eps, out)
                 });
             }
@@ -662,7 +691,7 @@ impl Vm {
                 let shape = f.shapes[src.0 as usize].clone();
                 let ax = norm_axis(axis, shape.len());
                 cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
-                self.float_op(f, dst, &[Some(src)], |out, ins| {
+                self.float_op(p, f, dst, &[Some(src)], |out, ins| {
                     r::reduce(op, ins[0].unwrap_or_default(), &shape, ax, out)
                 });
             }
@@ -675,87 +704,92 @@ impl Vm {
         Ok((Flow::Next, cost))
     }
 
-    /// Splits storage into the destination (a temporary in the arena) and the sources; a
-    /// source that is the destination itself is copied first.
+    /// Splits storage into the destination (a temporary in the arena) and up to
+    /// [`MAX_SOURCES`] sources; a source that is the destination itself is copied first. No heap
+    /// allocation unless a source aliases the destination: this runs once per instruction.
     fn with_operands<R>(
         &mut self,
+        p: &Program,
         f: &Frame,
         dst: TensorId,
         srcs: &[Option<TensorId>],
-        body: impl FnOnce(&mut [u8], Vec<Option<Cow<[u8]>>>) -> R,
+        body: impl FnOnce(&mut [u8], &[Option<Cow<[u8]>>]) -> R,
     ) -> R {
         let Loc::Arena(dst_range) = f.locs[dst.0 as usize].clone() else {
             unreachable!("the verifier allows writes to temporaries only");
         };
-        // Aliased sources are copied out before the arena is split.
-        let copies: Vec<Option<Vec<u8>>> = srcs
-            .iter()
-            .map(|s| s.filter(|&s| s == dst).map(|_| self.arena.bytes()[dst_range.clone()].to_vec()))
-            .collect();
-        let program = self.program.clone();
-        let data = &program.program().data;
-        let (inputs, consts) = (&self.inputs, &self.consts);
+        let (inputs, consts, data) = (&self.inputs, &self.consts, &p.data);
         let arena = self.arena.bytes_mut();
+        let aliased: [bool; MAX_SOURCES] =
+            std::array::from_fn(|i| srcs.get(i).copied().flatten() == Some(dst));
+        // Aliased sources are copied out before the arena is split.
+        let copies: [Option<Vec<u8>>; MAX_SOURCES] =
+            std::array::from_fn(|i| aliased[i].then(|| arena[dst_range.clone()].to_vec()));
         let (before, rest) = arena.split_at_mut(dst_range.start);
         let (out, after) = rest.split_at_mut(dst_range.len());
         let after_start = dst_range.end;
-        let mut views = Vec::with_capacity(srcs.len());
-        for (s, copy) in srcs.iter().zip(copies) {
-            views.push(match (s, copy) {
-                (None, _) => None,
-                (Some(_), Some(c)) => Some(Cow::Owned(c)),
-                (Some(s), None) => Some(Cow::Borrowed(match &f.locs[s.0 as usize] {
-                    // Live temporaries never overlap the destination: each lies wholly before or after it.
-                    Loc::Arena(rg) if rg.end <= dst_range.start => &before[rg.clone()],
-                    Loc::Arena(rg) => &after[rg.start - after_start..rg.end - after_start],
-                    Loc::Input(k) => inputs[*k].as_ref().map_or(&[][..], |t| t.bytes()),
-                    Loc::Const(i) => match &consts[*i] {
-                        Some(ConstStore::Data(rg)) => &data[rg.clone()],
-                        Some(ConstStore::Owned(b)) => b.bytes(),
-                        None => &[],
-                    },
-                })),
-            });
-        }
-        body(out, views)
+        let mut copies = copies.into_iter();
+        let views: [Option<Cow<[u8]>>; MAX_SOURCES] = std::array::from_fn(|i| {
+            let copy = copies.next().flatten();
+            let s = srcs.get(i).copied().flatten()?;
+            if let Some(c) = copy {
+                return Some(Cow::Owned(c));
+            }
+            Some(Cow::Borrowed(match &f.locs[s.0 as usize] {
+                // Live temporaries never overlap the destination: each lies wholly before or after it.
+                Loc::Arena(rg) if rg.end <= dst_range.start => &before[rg.clone()],
+                Loc::Arena(rg) => &after[rg.start - after_start..rg.end - after_start],
+                Loc::Input(k) => inputs[*k].as_ref().map_or(&[][..], |t| t.bytes()),
+                Loc::Const(i) => match &consts[*i] {
+                    Some(ConstStore::Data(rg)) => &data[rg.clone()],
+                    Some(ConstStore::Owned(b)) => b.bytes(),
+                    None => &[],
+                },
+            }))
+        });
+        body(out, &views[..srcs.len()])
     }
 
     /// A dtype-agnostic operation on raw bytes (every source present).
     fn raw_op(
         &mut self,
+        p: &Program,
         f: &Frame,
         dst: TensorId,
         srcs: &[TensorId],
         body: impl FnOnce(&mut [u8], &[&[u8]]),
     ) {
-        let srcs: Vec<Option<TensorId>> = srcs.iter().copied().map(Some).collect();
-        self.with_operands(f, dst, &srcs, |out, views| {
-            let views: Vec<&[u8]> = views.iter().map(|v| v.as_deref().unwrap_or_default()).collect();
-            body(out, &views)
+        let opt: [Option<TensorId>; MAX_SOURCES] = std::array::from_fn(|i| srcs.get(i).copied());
+        self.with_operands(p, f, dst, &opt[..srcs.len()], |out, views| {
+            let views: [&[u8]; MAX_SOURCES] =
+                std::array::from_fn(|i| views.get(i).and_then(|v| v.as_deref()).unwrap_or_default());
+            body(out, &views[..srcs.len()])
         })
     }
 
     /// A float operation: sources widened to f32, the result rounded to the destination's dtype.
     fn float_op(
         &mut self,
+        p: &Program,
         f: &Frame,
         dst: TensorId,
         srcs: &[Option<TensorId>],
         body: impl FnOnce(&mut [f32], &[Option<&[f32]>]),
     ) {
-        let p = self.program.clone();
-        let dtype = |t: TensorId| p.program().tensors[t.0 as usize].dtype;
+        let dtype = |t: TensorId| p.tensors[t.0 as usize].dtype;
         let dst_dtype = dtype(dst);
-        let src_dtypes: Vec<Option<DType>> = srcs.iter().map(|s| s.map(dtype)).collect();
-        self.with_operands(f, dst, srcs, |out, views| {
-            let widened: Vec<Option<Cow<[f32]>>> =
-                views.iter().zip(&src_dtypes).map(|(v, d)| Some(to_f32(v.as_deref()?, (*d)?))).collect();
-            let ins: Vec<Option<&[f32]>> = widened.iter().map(|w| w.as_deref()).collect();
+        let src_dtypes: [Option<DType>; MAX_SOURCES] =
+            std::array::from_fn(|i| srcs.get(i).copied().flatten().map(dtype));
+        self.with_operands(p, f, dst, srcs, |out, views| {
+            let widened: [Option<Cow<[f32]>>; MAX_SOURCES] =
+                std::array::from_fn(|i| Some(to_f32(views.get(i)?.as_deref()?, src_dtypes[i]?)));
+            let ins: [Option<&[f32]>; MAX_SOURCES] = std::array::from_fn(|i| widened[i].as_deref());
+            let ins = &ins[..views.len()];
             if dst_dtype == DType::F32 {
-                body(bytemuck::cast_slice_mut(out), &ins);
+                body(bytemuck::cast_slice_mut(out), ins);
             } else {
                 let mut tmp = vec![0.0f32; out.len() / dst_dtype.size()];
-                body(&mut tmp, &ins);
+                body(&mut tmp, ins);
                 from_f32(&tmp, dst_dtype, out);
             }
         })
@@ -764,26 +798,28 @@ impl Vm {
     /// An i32 operation.
     fn int_op(
         &mut self,
+        p: &Program,
         f: &Frame,
         dst: TensorId,
         srcs: &[Option<TensorId>],
         body: impl FnOnce(&mut [i32], &[Option<&[i32]>]),
     ) {
-        self.with_operands(f, dst, srcs, |out, views| {
-            let ints: Vec<Option<Cow<[i32]>>> =
-                views.iter().map(|v| Some(cast_or_copy(v.as_deref()?))).collect();
-            let ins: Vec<Option<&[i32]>> = ints.iter().map(|w| w.as_deref()).collect();
-            body(bytemuck::cast_slice_mut(out), &ins)
+        self.with_operands(p, f, dst, srcs, |out, views| {
+            let ints: [Option<Cow<[i32]>>; MAX_SOURCES] =
+                std::array::from_fn(|i| Some(cast_or_copy(views.get(i)?.as_deref()?)));
+            let ins: [Option<&[i32]>; MAX_SOURCES] = std::array::from_fn(|i| ints[i].as_deref());
+            body(bytemuck::cast_slice_mut(out), &ins[..views.len()])
         })
     }
 
-    fn cast(&mut self, f: &Frame, dst: TensorId, src: TensorId) {
-        let p = self.program.clone();
-        let (dd, sd) = (p.program().tensors[dst.0 as usize].dtype, p.program().tensors[src.0 as usize].dtype);
+    fn cast(&mut self, p: &Program, f: &Frame, dst: TensorId, src: TensorId) {
+        let (dd, sd) = (p.tensors[dst.0 as usize].dtype, p.tensors[src.0 as usize].dtype);
         match (sd, dd) {
-            (DType::I32, DType::I32) => self.raw_op(f, dst, &[src], |out, ins| out.copy_from_slice(ins[0])),
+            (DType::I32, DType::I32) => {
+                self.raw_op(p, f, dst, &[src], |out, ins| out.copy_from_slice(ins[0]))
+            }
             (DType::I32, _) => {
-                self.with_operands(f, dst, &[Some(src)], |out, views| {
+                self.with_operands(p, f, dst, &[Some(src)], |out, views| {
                     let ints: Cow<[i32]> = cast_or_copy(views[0].as_deref().unwrap_or_default());
                     // i32 -> f32 rounds to nearest even, the same on every executor.
                     let vals: Vec<f32> = ints.iter().map(|&v| v as f32).collect();
@@ -791,7 +827,7 @@ impl Vm {
                 });
             }
             (_, DType::I32) => {
-                self.with_operands(f, dst, &[Some(src)], |out, views| {
+                self.with_operands(p, f, dst, &[Some(src)], |out, views| {
                     let vals = to_f32(views[0].as_deref().unwrap_or_default(), sd);
                     let out: &mut [i32] = bytemuck::cast_slice_mut(out);
                     // `as` truncates toward zero, saturates, and maps NaN to 0, as the ISA says.
@@ -800,7 +836,7 @@ impl Vm {
                     }
                 });
             }
-            _ => self.float_op(f, dst, &[Some(src)], |out, ins| {
+            _ => self.float_op(p, f, dst, &[Some(src)], |out, ins| {
                 for (o, &v) in out.iter_mut().zip(ins[0].unwrap_or_default()) {
                     *o = nx::canon(v);
                 }
@@ -808,6 +844,9 @@ impl Vm {
         }
     }
 }
+
+/// Most sources one instruction reads (MATMUL: a, b, bias; LAYERNORM: x, gamma, beta).
+const MAX_SOURCES: usize = 4;
 
 /// Per-run state.
 struct Frame {
