@@ -37,7 +37,14 @@ fn tree(n: usize, init: f32, v: impl Fn(usize) -> f32, op: impl Fn(f32, f32) -> 
     lane[0]
 }
 
-/// The strict sum: the [`tree`](self) with `add`, lanes starting at `+0.0`.
+/// The strict sum: the 256-lane tree (see the module docs and docs/numerics.md) with `add`, lanes
+/// starting at `+0.0`:
+/// ```text
+/// lane[j] = +0.0 for j in 0..256
+/// for i in 0..n ascending: lane[i % 256] = add(lane[i % 256], x[i])
+/// for s in 128, 64, ..., 1: for j in 0..s: lane[j] = add(lane[j], lane[j + s])
+/// result = lane[0]
+/// ```
 ///
 /// Empty input gives +0. A sum whose terms are all -0 gives +0 (the lanes start at +0).
 pub fn sum(xs: &[f32]) -> f32 {
