@@ -367,6 +367,10 @@ mod avx2 {
         first: bool,
         last: bool,
     ) {
+        for r in 0..MR {
+            _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc + NR - 1) as *const i8);
+        }
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         if !first {
             for (r, row) in acc.iter_mut().enumerate() {
@@ -374,8 +378,9 @@ mod avx2 {
                 row[1] = _mm256_loadu_ps(cp.add(r * ldc + 8));
             }
         }
-        let (mut ap, mut bp) = (ap, bp);
-        for _ in 0..kc {
+        // One k step: two B vectors, six A broadcasts, twelve chains advanced by one product.
+        #[inline(always)]
+        unsafe fn step<const STRICT: bool>(acc: &mut [[__m256; 2]; MR], ap: *const f32, bp: *const f32) {
             let b0 = _mm256_load_ps(bp);
             let b1 = _mm256_load_ps(bp.add(8));
             for (r, row) in acc.iter_mut().enumerate() {
@@ -388,6 +393,19 @@ mod avx2 {
                     row[1] = _mm256_fmadd_ps(av, b1, row[1]);
                 }
             }
+        }
+        let (mut ap, mut bp) = (ap, bp);
+        // Unrolled by 4 (the steps still run in ascending k, each chain in order).
+        for _ in 0..kc / 4 {
+            _mm_prefetch::<_MM_HINT_T0>(ap.add(4 * MR + 64) as *const i8);
+            for u in 0..4 {
+                step::<STRICT>(&mut acc, ap.add(u * MR), bp.add(u * NR));
+            }
+            ap = ap.add(4 * MR);
+            bp = bp.add(4 * NR);
+        }
+        for _ in 0..kc % 4 {
+            step::<STRICT>(&mut acc, ap, bp);
             ap = ap.add(MR);
             bp = bp.add(NR);
         }
