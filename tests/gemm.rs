@@ -319,3 +319,22 @@ fn signed_zero_and_canonical_nan() {
         assert_eq!(got[n].to_bits(), nx::CANONICAL_NAN);
     }
 }
+
+/// The kernel enters flush-to-zero itself: a caller without the guard still gets strict bits
+/// (denormal inputs and products near FLT_MIN).
+#[test]
+fn strict_without_caller_ftz() {
+    let (m, n, k) = (19, 21, 40);
+    // Products ~1e-38: denormal unless flushed, so their sum tells FTZ from no FTZ.
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| if i % 11 == 0 { 1e-39 } else { 1e-19 * (1.0 + (i % 7) as f32 / 100.0) })
+        .collect();
+    let b: Vec<f32> = (0..k * n)
+        .map(|i| if i % 13 == 0 { -2e-39 } else { 1e-19 * (1.0 + (i % 5) as f32 / 50.0) })
+        .collect();
+    let want = strict_ref(m, n, k, &a, (k, 1), &b, (n, 1));
+    for ctx in contexts(Tier::Strict) {
+        let got = run(&ctx, m, n, k, &a, (k, 1), &b, (n, 1));
+        assert!(bits(&got) == bits(&want), "{:?}: {:?}", ctx.level, first_diff(&got, &want));
+    }
+}
