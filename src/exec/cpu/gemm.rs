@@ -193,12 +193,20 @@ fn scalar_rect(ops: &Operands, r: Rect, out: OutPtr) {
     }
 }
 
-/// A 64-byte aligned, zero-initialized scratch slice of `len` floats inside `buf`.
+/// A 64-byte aligned scratch slice of `len` floats inside `buf` (grown as needed, never
+/// shrunk; stale contents are fine since packing writes every element it later reads).
 fn aligned(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    buf.clear();
-    buf.resize(len + 16, 0.0);
+    if buf.len() < len + 16 {
+        buf.resize(len + 16, 0.0);
+    }
     let off = buf.as_ptr().align_offset(64).min(16);
     &mut buf[off..off + len]
+}
+
+std::thread_local! {
+    /// Per-thread packing buffers (B panel block, A panel block), reused across calls so a
+    /// call neither allocates nor page-faults in fresh memory.
+    static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -213,14 +221,38 @@ mod avx2 {
     /// inside it and written by no one else meanwhile.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn gemm_rect(strict: bool, ops: &Operands, r: Rect, out: OutPtr) {
+        PACK.with(|bufs| {
+            // A re-entrant call on this thread (not expected) would find the buffers taken
+            // and use fresh ones instead of panicking.
+            match bufs.try_borrow_mut() {
+                Ok(mut b) => {
+                    let (bb, ab) = &mut *b;
+                    gemm_rect_with(strict, ops, r, out, bb, ab)
+                }
+                Err(_) => gemm_rect_with(strict, ops, r, out, &mut Vec::new(), &mut Vec::new()),
+            }
+        })
+    }
+
+    /// [`gemm_rect`] with the packing buffers given.
+    ///
+    /// # Safety
+    /// As for [`gemm_rect`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn gemm_rect_with(
+        strict: bool,
+        ops: &Operands,
+        r: Rect,
+        out: OutPtr,
+        bbuf: &mut Vec<f32>,
+        abuf: &mut Vec<f32>,
+    ) {
         let k = ops.k;
-        let mut bbuf = Vec::new();
-        let mut abuf = Vec::new();
         let nc_max = NC.min((r.j1 - r.j0).next_multiple_of(NR));
         let mc_max = MC.min((r.i1 - r.i0).next_multiple_of(MR));
         let kc_max = KC.min(k);
-        let bpack = aligned(&mut bbuf, kc_max * nc_max);
-        let apack = aligned(&mut abuf, kc_max * mc_max);
+        let bpack = aligned(bbuf, kc_max * nc_max);
+        let apack = aligned(abuf, kc_max * mc_max);
         for jc in (r.j0..r.j1).step_by(NC) {
             let nc = NC.min(r.j1 - jc);
             for pc in (0..k).step_by(KC) {
