@@ -12,6 +12,7 @@
 //! so results never depend on the thread count.
 
 pub mod fpenv;
+pub mod gemm;
 pub mod reference;
 
 use crate::isa::Tier;

@@ -1,0 +1,458 @@
+//! Single-precision GEMM for the CPU executor: `C = A·B` with arbitrary operand strides.
+//!
+//! One blocked driver (BLIS-style loops NC → KC → MC → NR → MR over packed panels) serves
+//! both tiers; only the AVX2 microkernel differs:
+//!
+//! - **strict**: every `C(i,j)` is the reference chain `acc = +0; acc = acc + A(i,p)·B(p,j)`
+//!   for `p` ascending, with a separate `vmulps` and `vaddps` (never fused), under MXCSR
+//!   FTZ+DAZ, which makes those plain IEEE operations the strict ones. The kernel is vectorized
+//!   across `j` (each lane is one output's chain), so no reassociation ever happens. Splitting
+//!   `k` into KC chunks keeps the chain: the first chunk starts from `+0`, later chunks reload
+//!   the partial sum from `C` (an exact f32 round trip) and continue it. NaN results are
+//!   canonicalized when the last chunk stores them (a NaN chain stays NaN, so only the payload
+//!   can differ from the reference, and that is fixed at the end).
+//! - **fast**: the same loops with `vfmadd231ps`. Each output is still one FMA chain in `p`
+//!   order, so the result does not depend on MC/NC or the thread split either: it is the same
+//!   from run to run and for any thread count.
+//!
+//! Threads: the output is cut into disjoint rectangles (row blocks, or column blocks when `C`
+//! is wide and short); each task runs the whole blocked algorithm on its rectangle with its
+//! own packing buffers. Since every output is computed by one task, with the same chain
+//! whatever the split, results never depend on the thread count.
+//!
+//! Without AVX2 (or with `ADEADVM_SIMD=scalar`) both tiers run the scalar strict loop built
+//! on `numerics::{add, mul}`, which is the reference's bits.
+
+use super::fpenv::FtzGuard;
+use super::{Ctx, SimdLevel};
+use crate::isa::Tier;
+use crate::numerics as nx;
+
+/// Microkernel rows (broadcast A values per k step).
+pub const MR: usize = 6;
+/// Microkernel columns (two ymm vectors of B per k step).
+pub const NR: usize = 16;
+/// Depth of one packed block: a KC×NR B micro-panel (16 KiB) stays in L1.
+const KC: usize = 256;
+/// Rows of A packed per block: MC×KC floats (144 KiB) stay in L2.
+const MC: usize = 144;
+/// Columns of B packed per block: KC×NC floats (4 MiB) stay in L3.
+const NC: usize = 4096;
+/// Below this many multiply-adds (m·n·k) the call runs on the calling thread.
+const PAR_MIN_WORK: usize = 1 << 20;
+
+/// C[m×n] (row-major, overwritten) = A·B, where `A(i,p) = a[i*a_rs + p*a_cs]` and
+/// `B(p,j) = b[p*b_rs + j*b_cs]`.
+///
+/// Strict tier: each `C(i,j)` is exactly the reference's sequence (`acc = +0; acc = acc +
+/// A(i,p)*B(p,j)`, `p` ascending, no FMA, FTZ+DAZ, canonical NaN). The kernel enters
+/// flush-to-zero mode itself on every thread it uses, so it is correct even when the caller
+/// has not. Fast tier: FMA; same bits from run to run and for any thread count.
+///
+/// `k == 0` gives `C = +0`. Panics if a slice is too short for the given shape and strides.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    ctx: &Ctx,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    b: &[f32],
+    b_rs: usize,
+    b_cs: usize,
+    c: &mut [f32],
+) {
+    assert!(c.len() >= m * n, "gemm: output has {} elements, needs {}", c.len(), m * n);
+    let c = &mut c[..m * n];
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.fill(0.0);
+        return;
+    }
+    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm: A slice too short for its shape");
+    assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len(), "gemm: B slice too short for its shape");
+    let ops = Operands { m, n, k, a, a_rs, a_cs, b, b_rs, b_cs };
+
+    #[cfg(target_arch = "x86_64")]
+    if ctx.level >= SimdLevel::Avx2 {
+        let strict = ctx.tier == Tier::Strict;
+        run_tasks(ctx, &ops, c, |rect, out| {
+            let _ftz = strict.then(FtzGuard::new);
+            // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS) reported
+            // AVX2 and FMA on this CPU (`SimdLevel::detect`), so the target features exist.
+            unsafe { avx2::gemm_rect(strict, &ops, rect, out) }
+        });
+        return;
+    }
+    run_tasks(ctx, &ops, c, |rect, out| scalar_rect(&ops, rect, out));
+}
+
+/// The operands of one call (shape and strided views of A and B).
+struct Operands<'a> {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &'a [f32],
+    a_rs: usize,
+    a_cs: usize,
+    b: &'a [f32],
+    b_rs: usize,
+    b_cs: usize,
+}
+
+/// A rectangle of the output, rows `i0..i1` and columns `j0..j1`.
+#[derive(Clone, Copy, Debug)]
+struct Rect {
+    i0: usize,
+    i1: usize,
+    j0: usize,
+    j1: usize,
+}
+
+/// Where a task writes: a raw view of the whole row-major `C` (row stride `n`). Tasks get
+/// disjoint rectangles of it, so their writes never overlap.
+#[derive(Clone, Copy)]
+struct OutPtr {
+    ptr: *mut f32,
+    n: usize,
+}
+// SAFETY: an `OutPtr` is shared only among tasks writing disjoint rectangles of one live
+// `&mut [f32]` (see `run_tasks`), which outlives the scope the tasks run in.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above; no two threads touch the same element.
+unsafe impl Sync for OutPtr {}
+
+/// Splits the output into fixed rectangles, one per thread, and runs `f` on each (inline
+/// when there is one thread or little work). The split changes only who computes an output,
+/// never how, so the bits do not depend on it.
+fn run_tasks<F>(ctx: &Ctx, ops: &Operands, c: &mut [f32], f: F)
+where
+    F: Fn(Rect, OutPtr) + Sync,
+{
+    let (m, n) = (ops.m, ops.n);
+    let out = OutPtr { ptr: c.as_mut_ptr(), n };
+    let threads = ctx.threads();
+    let whole = Rect { i0: 0, i1: m, j0: 0, j1: n };
+    let pool = match ctx.pool {
+        Some(p) if threads > 1 && m * n * ops.k >= PAR_MIN_WORK => p,
+        _ => return f(whole, out),
+    };
+    // Split the longer side (in microkernel units) into `threads` near-equal parts.
+    let (m_units, n_units) = (m.div_ceil(MR), n.div_ceil(NR));
+    let by_rows = m_units >= threads.min(n_units) && m_units * MR >= n / 2;
+    let (units, unit, len) = if by_rows { (m_units, MR, m) } else { (n_units, NR, n) };
+    let parts = threads.min(units);
+    if parts <= 1 {
+        return f(whole, out);
+    }
+    let rects: Vec<Rect> = (0..parts)
+        .map(|t| {
+            let lo = (units * t / parts * unit).min(len);
+            let hi = (units * (t + 1) / parts * unit).min(len);
+            if by_rows {
+                Rect { i0: lo, i1: hi, j0: 0, j1: n }
+            } else {
+                Rect { i0: 0, i1: m, j0: lo, j1: hi }
+            }
+        })
+        .collect();
+    let f = &f;
+    pool.install(|| {
+        rayon::scope(|s| {
+            for &r in &rects {
+                s.spawn(move |_| f(r, out));
+            }
+        })
+    });
+}
+
+/// The scalar path: the reference chain per output, built on `numerics::{add, mul}` (which
+/// give the strict bits with or without FTZ set). Loops run i → p → j so B and C rows are
+/// read in order; each `C(i,j)` still sees its products in ascending `p`.
+fn scalar_rect(ops: &Operands, r: Rect, out: OutPtr) {
+    let w = r.j1 - r.j0;
+    let mut acc = vec![0.0f32; w];
+    for i in r.i0..r.i1 {
+        acc.fill(0.0);
+        for p in 0..ops.k {
+            let av = ops.a[i * ops.a_rs + p * ops.a_cs];
+            let brow = p * ops.b_rs;
+            for (jj, s) in acc.iter_mut().enumerate() {
+                *s = nx::add(*s, nx::mul(av, ops.b[brow + (r.j0 + jj) * ops.b_cs]));
+            }
+        }
+        for (jj, v) in acc.iter().enumerate() {
+            // SAFETY: (i, j0+jj) lies in this task's rectangle of the m×n output that `out`
+            // points to; no other task writes it and the output outlives the call.
+            unsafe { *out.ptr.add(i * out.n + r.j0 + jj) = *v };
+        }
+    }
+}
+
+/// A 64-byte aligned scratch slice of `len` floats inside `buf` (grown as needed, never
+/// shrunk; stale contents are fine since packing writes every element it later reads).
+fn aligned(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if buf.len() < len + 16 {
+        buf.resize(len + 16, 0.0);
+    }
+    let off = buf.as_ptr().align_offset(64).min(16);
+    &mut buf[off..off + len]
+}
+
+std::thread_local! {
+    /// Per-thread packing buffers (B panel block, A panel block), reused across calls so a
+    /// call neither allocates nor page-faults in fresh memory.
+    static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// The blocked algorithm on one output rectangle.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `out` must point to the live m×n output with `r`
+    /// inside it and written by no one else meanwhile.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gemm_rect(strict: bool, ops: &Operands, r: Rect, out: OutPtr) {
+        PACK.with(|bufs| {
+            // A re-entrant call on this thread (not expected) would find the buffers taken
+            // and use fresh ones instead of panicking.
+            match bufs.try_borrow_mut() {
+                Ok(mut b) => {
+                    let (bb, ab) = &mut *b;
+                    gemm_rect_with(strict, ops, r, out, bb, ab)
+                }
+                Err(_) => gemm_rect_with(strict, ops, r, out, &mut Vec::new(), &mut Vec::new()),
+            }
+        })
+    }
+
+    /// [`gemm_rect`] with the packing buffers given.
+    ///
+    /// # Safety
+    /// As for [`gemm_rect`].
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn gemm_rect_with(
+        strict: bool,
+        ops: &Operands,
+        r: Rect,
+        out: OutPtr,
+        bbuf: &mut Vec<f32>,
+        abuf: &mut Vec<f32>,
+    ) {
+        let k = ops.k;
+        let nc_max = NC.min((r.j1 - r.j0).next_multiple_of(NR));
+        let mc_max = MC.min((r.i1 - r.i0).next_multiple_of(MR));
+        let kc_max = KC.min(k);
+        let bpack = aligned(bbuf, kc_max * nc_max);
+        let apack = aligned(abuf, kc_max * mc_max);
+        for jc in (r.j0..r.j1).step_by(NC) {
+            let nc = NC.min(r.j1 - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let (first, last) = (pc == 0, pc + kc == k);
+                pack_b(ops, pc, kc, jc, nc, bpack);
+                for ic in (r.i0..r.i1).step_by(MC) {
+                    let mc = MC.min(r.i1 - ic);
+                    pack_a(ops, ic, mc, pc, kc, apack);
+                    for jr in (0..nc).step_by(NR) {
+                        let bp = bpack[jr * kc..].as_ptr();
+                        let cols = NR.min(nc - jr);
+                        for ir in (0..mc).step_by(MR) {
+                            let ap = apack[ir * kc..].as_ptr();
+                            let rows = MR.min(mc - ir);
+                            let cp = out.ptr.add((ic + ir) * out.n + jc + jr);
+                            // SAFETY: the panels hold kc·MR and kc·NR floats at `ap` and `bp`;
+                            // the tile (rows×cols at `cp`, row stride n) is inside `r`.
+                            tile(strict, kc, ap, bp, cp, out.n, rows, cols, first, last);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Packs B(pc.., jc..) (kc×nc) into NR-wide panels, each kc×NR row-major, zero-padded.
+    fn pack_b(ops: &Operands, pc: usize, kc: usize, jc: usize, nc: usize, dst: &mut [f32]) {
+        let (b, rs, cs) = (ops.b, ops.b_rs, ops.b_cs);
+        for (jp, panel) in (0..nc).step_by(NR).zip(dst.chunks_exact_mut(kc * NR)) {
+            let w = NR.min(nc - jp);
+            let j = jc + jp;
+            if cs == 1 {
+                for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
+                    let src = (pc + p) * rs + j;
+                    row[..w].copy_from_slice(&b[src..src + w]);
+                    row[w..].fill(0.0);
+                }
+            } else {
+                for jj in 0..NR {
+                    if jj < w {
+                        let base = (j + jj) * cs;
+                        for p in 0..kc {
+                            panel[p * NR + jj] = b[base + (pc + p) * rs];
+                        }
+                    } else {
+                        for p in 0..kc {
+                            panel[p * NR + jj] = 0.0;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Packs A(ic.., pc..) (mc×kc) into MR-tall panels, each kc×MR (k-major), zero-padded.
+    fn pack_a(ops: &Operands, ic: usize, mc: usize, pc: usize, kc: usize, dst: &mut [f32]) {
+        let (a, rs, cs) = (ops.a, ops.a_rs, ops.a_cs);
+        for (ip, panel) in (0..mc).step_by(MR).zip(dst.chunks_exact_mut(kc * MR)) {
+            let h = MR.min(mc - ip);
+            let i = ic + ip;
+            if rs == 1 && h == MR {
+                for (p, col) in panel.chunks_exact_mut(MR).enumerate() {
+                    let src = (pc + p) * cs + i;
+                    col.copy_from_slice(&a[src..src + MR]);
+                }
+            } else {
+                for ii in 0..MR {
+                    if ii < h {
+                        let base = (i + ii) * rs;
+                        for p in 0..kc {
+                            panel[p * MR + ii] = a[base + (pc + p) * cs];
+                        }
+                    } else {
+                        for p in 0..kc {
+                            panel[p * MR + ii] = 0.0;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One MR×NR tile; partial tiles go through a full-size scratch tile.
+    ///
+    /// # Safety
+    /// AVX2+FMA; `ap`/`bp` hold kc·MR / kc·NR floats; `cp` addresses a rows×cols tile with
+    /// row stride `ldc` that only this call touches.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile(
+        strict: bool,
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        cp: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        first: bool,
+        last: bool,
+    ) {
+        if rows == MR && cols == NR {
+            if strict {
+                kernel::<true>(kc, ap, bp, cp, ldc, first, last);
+            } else {
+                kernel::<false>(kc, ap, bp, cp, ldc, first, last);
+            }
+            return;
+        }
+        let mut t = [0.0f32; MR * NR];
+        if !first {
+            for r in 0..rows {
+                std::ptr::copy_nonoverlapping(cp.add(r * ldc), t.as_mut_ptr().add(r * NR), cols);
+            }
+        }
+        if strict {
+            kernel::<true>(kc, ap, bp, t.as_mut_ptr(), NR, first, last);
+        } else {
+            kernel::<false>(kc, ap, bp, t.as_mut_ptr(), NR, first, last);
+        }
+        for r in 0..rows {
+            std::ptr::copy_nonoverlapping(t.as_ptr().add(r * NR), cp.add(r * ldc), cols);
+        }
+    }
+
+    /// The 6×16 microkernel: C[6×16] (+)= Apanel[kc×6]ᵀ · Bpanel[kc×16].
+    ///
+    /// `first`: start from +0 instead of loading C. `last` (strict): canonicalize NaN on store.
+    /// STRICT uses `vmulps` + `vaddps`; otherwise `vfmadd231ps`.
+    ///
+    /// # Safety
+    /// AVX2+FMA; `ap`/`bp` hold kc·6 / kc·16 floats; `cp` addresses a full 6×16 tile with row
+    /// stride `ldc`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn kernel<const STRICT: bool>(
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        cp: *mut f32,
+        ldc: usize,
+        first: bool,
+        last: bool,
+    ) {
+        for r in 0..MR {
+            _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc + NR - 1) as *const i8);
+        }
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        if !first {
+            for (r, row) in acc.iter_mut().enumerate() {
+                row[0] = _mm256_loadu_ps(cp.add(r * ldc));
+                row[1] = _mm256_loadu_ps(cp.add(r * ldc + 8));
+            }
+        }
+        // One k step: two B vectors, six A broadcasts, twelve chains advanced by one product.
+        #[inline(always)]
+        unsafe fn step<const STRICT: bool>(acc: &mut [[__m256; 2]; MR], ap: *const f32, bp: *const f32) {
+            let b0 = _mm256_load_ps(bp);
+            let b1 = _mm256_load_ps(bp.add(8));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(r));
+                if STRICT {
+                    row[0] = _mm256_add_ps(row[0], _mm256_mul_ps(av, b0));
+                    row[1] = _mm256_add_ps(row[1], _mm256_mul_ps(av, b1));
+                } else {
+                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+                }
+            }
+        }
+        let (mut ap, mut bp) = (ap, bp);
+        // Unrolled by 4 (the steps still run in ascending k, each chain in order).
+        for _ in 0..kc / 4 {
+            _mm_prefetch::<_MM_HINT_T0>(ap.add(4 * MR + 64) as *const i8);
+            for u in 0..4 {
+                step::<STRICT>(&mut acc, ap.add(u * MR), bp.add(u * NR));
+            }
+            ap = ap.add(4 * MR);
+            bp = bp.add(4 * NR);
+        }
+        for _ in 0..kc % 4 {
+            step::<STRICT>(&mut acc, ap, bp);
+            ap = ap.add(MR);
+            bp = bp.add(NR);
+        }
+        if STRICT && last {
+            let qnan = _mm256_castsi256_ps(_mm256_set1_epi32(nx::CANONICAL_NAN as i32));
+            for row in acc.iter_mut() {
+                for v in row.iter_mut() {
+                    let is_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(*v, *v);
+                    *v = _mm256_blendv_ps(*v, qnan, is_nan);
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            _mm256_storeu_ps(cp.add(r * ldc), row[0]);
+            _mm256_storeu_ps(cp.add(r * ldc + 8), row[1]);
+        }
+    }
+}

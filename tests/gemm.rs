@@ -1,0 +1,340 @@
+//! `exec::cpu::gemm`: strict bits equal the reference chain (scalar and AVX2, any strides, any
+//! thread count, special values); fast tier close to float64 and bit-stable across runs and
+//! thread counts.
+
+use adeadvm::exec::cpu::fpenv::FtzGuard;
+use adeadvm::exec::cpu::gemm::gemm;
+use adeadvm::exec::cpu::reference::{self, MatmulShape};
+use adeadvm::exec::cpu::{worker_pool, Ctx, SimdLevel};
+use adeadvm::isa::{Act, Tier};
+use adeadvm::numerics as nx;
+use proptest::prelude::*;
+
+/// How an operand is laid out in memory.
+#[derive(Clone, Copy, Debug)]
+enum Layout {
+    /// Rows contiguous (row stride = columns).
+    RowMajor,
+    /// Transposed: columns contiguous (column stride = rows).
+    ColMajor,
+    /// Row-major with `pad` spare elements after each row.
+    Padded(usize),
+}
+
+/// (row stride, column stride, elements needed) of an r×c operand.
+fn strides(l: Layout, r: usize, c: usize) -> (usize, usize, usize) {
+    match l {
+        Layout::RowMajor => (c, 1, r * c),
+        Layout::ColMajor => (1, r, r * c),
+        Layout::Padded(pad) => (c + pad, 1, r * (c + pad)),
+    }
+}
+
+fn layout() -> impl Strategy<Value = Layout> {
+    prop_oneof![Just(Layout::RowMajor), Just(Layout::ColMajor), (1usize..5).prop_map(Layout::Padded)]
+}
+
+/// Mostly ordinary values, with every special kind mixed in.
+fn value() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        12 => -4.0f32..4.0,
+        2 => Just(0.0f32),
+        2 => Just(-0.0f32),
+        // Denormals of either sign.
+        2 => (1u32..0x0080_0000, any::<bool>()).prop_map(|(m, s)| f32::from_bits(m | ((s as u32) << 31))),
+        // Near sqrt(FLT_MIN): products land around FLT_MIN, on both sides of the flush edge.
+        3 => (0.5f32..2.0, any::<bool>()).prop_map(|(x, s)| if s { -x } else { x } * 1.0842022e-19),
+        // Tiny and huge magnitudes: products underflow or overflow.
+        1 => 1e-30f32..1e-25,
+        1 => 1e25f32..1e30,
+        1 => -3e38f32..3e38,
+        1 => Just(f32::INFINITY),
+        1 => Just(f32::NEG_INFINITY),
+        // NaN with any sign and payload.
+        1 => (1u32..0x0040_0000, any::<bool>(), any::<bool>())
+            .prop_map(|(p, q, s)| f32::from_bits(0x7f80_0000 | ((q as u32) << 22) | p | ((s as u32) << 31))),
+    ]
+}
+
+/// The strict chain per output, written independently of the kernel: `acc = +0;
+/// acc = add(acc, mul(A(i,p), B(p,j)))` for p ascending.
+#[allow(clippy::too_many_arguments)]
+fn strict_ref(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    (a_rs, a_cs): (usize, usize),
+    b: &[f32],
+    (b_rs, b_cs): (usize, usize),
+) -> Vec<f32> {
+    let mut c = vec![0.0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = 0.0f32;
+            for p in 0..k {
+                acc = nx::add(acc, nx::mul(a[i * a_rs + p * a_cs], b[p * b_rs + j * b_cs]));
+            }
+            c[i * n + j] = acc;
+        }
+    }
+    c
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Index and values of the first differing element, for a readable failure.
+fn first_diff(x: &[f32], y: &[f32]) -> Option<(usize, f32, f32)> {
+    x.iter().zip(y).enumerate().find(|(_, (p, q))| p.to_bits() != q.to_bits()).map(|(i, (p, q))| (i, *p, *q))
+}
+
+struct Pools {
+    two: rayon::ThreadPool,
+    three: rayon::ThreadPool,
+}
+
+fn pools() -> &'static Pools {
+    static P: std::sync::OnceLock<Pools> = std::sync::OnceLock::new();
+    P.get_or_init(|| Pools { two: worker_pool(2).unwrap(), three: worker_pool(3).unwrap() })
+}
+
+/// Every context a test runs: each level available here × {no pool, 2 threads, 3 threads}.
+fn contexts(tier: Tier) -> Vec<Ctx<'static>> {
+    let p = pools();
+    let mut levels = vec![SimdLevel::Scalar];
+    if SimdLevel::detect() >= SimdLevel::Avx2 {
+        levels.push(SimdLevel::Avx2);
+    }
+    let mut v = Vec::new();
+    for level in levels {
+        for pool in [None, Some(&p.two), Some(&p.three)] {
+            v.push(Ctx { level, tier, pool });
+        }
+    }
+    v
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    ctx: &Ctx,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    (a_rs, a_cs): (usize, usize),
+    b: &[f32],
+    (b_rs, b_cs): (usize, usize),
+) -> Vec<f32> {
+    // Garbage in the output: gemm must overwrite every element.
+    let mut c = vec![f32::from_bits(0x7fbd_dead); m * n];
+    gemm(ctx, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, &mut c);
+    c
+}
+
+/// A strict check of one problem: every context gives the reference's bits.
+fn check_strict(m: usize, n: usize, k: usize, la: Layout, lb: Layout, a: &[f32], b: &[f32]) {
+    let _ftz = FtzGuard::new();
+    let (a_rs, a_cs, _) = strides(la, m, k);
+    let (b_rs, b_cs, _) = strides(lb, k, n);
+    let want = strict_ref(m, n, k, a, (a_rs, a_cs), b, (b_rs, b_cs));
+    for ctx in contexts(Tier::Strict) {
+        let got = run(&ctx, m, n, k, a, (a_rs, a_cs), b, (b_rs, b_cs));
+        assert!(
+            bits(&got) == bits(&want),
+            "strict {:?} threads={} m={m} n={n} k={k} {la:?} {lb:?}: first diff {:?}",
+            ctx.level,
+            ctx.threads(),
+            first_diff(&got, &want)
+        );
+    }
+}
+
+/// Deterministic pseudo-random data (xorshift), for the large fixed-shape tests.
+fn data(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn problem() -> impl Strategy<Value = (usize, usize, usize, Layout, Layout, Vec<f32>, Vec<f32>)> {
+    (1usize..70, 1usize..70, 1usize..70, layout(), layout()).prop_flat_map(|(m, n, k, la, lb)| {
+        let (_, _, alen) = strides(la, m, k);
+        let (_, _, blen) = strides(lb, k, n);
+        (
+            Just(m),
+            Just(n),
+            Just(k),
+            Just(la),
+            Just(lb),
+            prop::collection::vec(value(), alen),
+            prop::collection::vec(value(), blen),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    /// Strict: scalar and AVX2, 1/2/3 threads, any strides, special values: the reference bits.
+    #[test]
+    fn strict_matches_reference_chain((m, n, k, la, lb, a, b) in problem()) {
+        check_strict(m, n, k, la, lb, &a, &b);
+    }
+
+    /// Fast: within float64-derived error bounds, and the same bits on every run and thread
+    /// count (per level).
+    #[test]
+    fn fast_close_and_deterministic(
+        (m, n, k, la, lb) in (1usize..70, 1usize..70, 1usize..70, layout(), layout()),
+        seed in any::<u64>(),
+    ) {
+        let (a_rs, a_cs, alen) = strides(la, m, k);
+        let (b_rs, b_cs, blen) = strides(lb, k, n);
+        let (a, b) = (data(alen, seed), data(blen, seed ^ 0x5555));
+        check_fast(m, n, k, &a, (a_rs, a_cs), &b, (b_rs, b_cs));
+    }
+}
+
+fn check_fast(m: usize, n: usize, k: usize, a: &[f32], sa: (usize, usize), b: &[f32], sb: (usize, usize)) {
+    let mut first_by_level: Vec<(SimdLevel, Vec<u32>)> = Vec::new();
+    for ctx in contexts(Tier::Fast) {
+        let got = run(&ctx, m, n, k, a, sa, b, sb);
+        let again = run(&ctx, m, n, k, a, sa, b, sb);
+        assert_eq!(bits(&got), bits(&again), "fast tier differs from run to run");
+        match first_by_level.iter().find(|(l, _)| *l == ctx.level) {
+            Some((_, want)) => {
+                assert!(*want == bits(&got), "fast {:?}: bits depend on the thread count", ctx.level)
+            }
+            None => first_by_level.push((ctx.level, bits(&got))),
+        }
+        for i in 0..m {
+            for j in 0..n {
+                let (mut exact, mut mag) = (0.0f64, 0.0f64);
+                for p in 0..k {
+                    let prod = a[i * sa.0 + p * sa.1] as f64 * b[p * sb.0 + j * sb.1] as f64;
+                    exact += prod;
+                    mag += prod.abs();
+                }
+                let err = (got[i * n + j] as f64 - exact).abs();
+                let bound = (k as f64 + 2.0) * f32::EPSILON as f64 * mag + 1e-30;
+                assert!(err <= bound, "fast C({i},{j}) = {} vs {exact} (bound {bound})", got[i * n + j]);
+            }
+        }
+    }
+}
+
+/// Shapes past one KC (256) and MC (144) block, tails everywhere, large enough to be split
+/// over threads, by rows (tall) and by columns (wide and short).
+#[test]
+fn strict_large_blocked_and_threaded() {
+    for &(m, n, k) in &[(301, 203, 600), (7, 1100, 300), (150, 37, 520)] {
+        for (la, lb) in [(Layout::RowMajor, Layout::RowMajor), (Layout::ColMajor, Layout::ColMajor)] {
+            let (_, _, alen) = strides(la, m, k);
+            let (_, _, blen) = strides(lb, k, n);
+            let mut a = data(alen, 7);
+            let mut b = data(blen, 8);
+            // Sprinkle specials so later KC chunks see NaN/inf/denormal partial sums.
+            a[alen / 3] = f32::NAN;
+            a[alen / 2] = 1e-39;
+            b[blen / 5] = f32::INFINITY;
+            b[blen / 4] = -0.0;
+            check_strict(m, n, k, la, lb, &a, &b);
+        }
+    }
+}
+
+#[test]
+fn fast_large_thread_invariant() {
+    for &(m, n, k) in &[(301, 203, 600), (7, 1100, 300), (200, 200, 40)] {
+        let (a, b) = (data(m * k, 1), data(k * n, 2));
+        check_fast(m, n, k, &a, (k, 1), &b, (n, 1));
+        let (a, b) = (data(m * k, 3), data(k * n, 4));
+        check_fast(m, n, k, &a, (1, m), &b, (1, k));
+    }
+}
+
+/// The VM's reference matmul (with transposed operands) agrees with the AVX2 strict kernel.
+#[test]
+fn strict_matches_reference_matmul() {
+    let _ftz = FtzGuard::new();
+    let (m, n, k) = (37, 45, 300);
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let (a, b) = (data(m * k, 11), data(k * n, 12));
+        let g = MatmulShape {
+            a: if ta { vec![k, m] } else { vec![m, k] },
+            b: if tb { vec![n, k] } else { vec![k, n] },
+            out: vec![m, n],
+            ta,
+            tb,
+        };
+        let mut want = vec![0.0f32; m * n];
+        reference::matmul(&g, &a, &b, None, Act::None, &mut want);
+        let (a_rs, a_cs) = if ta { (1, m) } else { (k, 1) };
+        let (b_rs, b_cs) = if tb { (1, k) } else { (n, 1) };
+        for ctx in contexts(Tier::Strict) {
+            let got = run(&ctx, m, n, k, &a, (a_rs, a_cs), &b, (b_rs, b_cs));
+            assert!(
+                bits(&got) == bits(&want),
+                "ta={ta} tb={tb} {:?}: {:?}",
+                ctx.level,
+                first_diff(&got, &want)
+            );
+        }
+    }
+}
+
+#[test]
+fn k_zero_gives_positive_zero() {
+    for tier in [Tier::Strict, Tier::Fast] {
+        for ctx in contexts(tier) {
+            let got = run(&ctx, 5, 9, 0, &[], (0, 1), &[], (9, 1));
+            assert!(got.iter().all(|x| x.to_bits() == 0));
+        }
+    }
+}
+
+/// All-negative-zero products still give +0 (the chain starts from +0), and inf·0 gives the
+/// canonical NaN.
+#[test]
+fn signed_zero_and_canonical_nan() {
+    let _ftz = FtzGuard::new();
+    let (m, n, k) = (13, 33, 5);
+    let a = vec![-0.0f32; m * k];
+    let b = vec![1.0f32; k * n];
+    let mut b2 = b.clone();
+    b2[0] = f32::INFINITY;
+    for ctx in contexts(Tier::Strict) {
+        let got = run(&ctx, m, n, k, &a, (k, 1), &b, (n, 1));
+        assert!(got.iter().all(|x| x.to_bits() == 0), "{:?}", ctx.level);
+        let got = run(&ctx, m, n, k, &a, (k, 1), &b2, (n, 1));
+        assert_eq!(got[0].to_bits(), nx::CANONICAL_NAN);
+        assert_eq!(got[n].to_bits(), nx::CANONICAL_NAN);
+    }
+}
+
+/// The kernel enters flush-to-zero itself: a caller without the guard still gets strict bits
+/// (denormal inputs and products near FLT_MIN).
+#[test]
+fn strict_without_caller_ftz() {
+    let (m, n, k) = (19, 21, 40);
+    // Products ~1e-38: denormal unless flushed, so their sum tells FTZ from no FTZ.
+    let a: Vec<f32> = (0..m * k)
+        .map(|i| if i % 11 == 0 { 1e-39 } else { 1e-19 * (1.0 + (i % 7) as f32 / 100.0) })
+        .collect();
+    let b: Vec<f32> = (0..k * n)
+        .map(|i| if i % 13 == 0 { -2e-39 } else { 1e-19 * (1.0 + (i % 5) as f32 / 50.0) })
+        .collect();
+    let want = strict_ref(m, n, k, &a, (k, 1), &b, (n, 1));
+    for ctx in contexts(Tier::Strict) {
+        let got = run(&ctx, m, n, k, &a, (k, 1), &b, (n, 1));
+        assert!(bits(&got) == bits(&want), "{:?}: {:?}", ctx.level, first_diff(&got, &want));
+    }
+}
