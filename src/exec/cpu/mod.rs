@@ -13,6 +13,7 @@
 
 pub mod fpenv;
 pub mod reference;
+pub mod simd;
 
 use crate::isa::Tier;
 
