@@ -46,15 +46,21 @@ impl SimdLevel {
             let f = cpu.get_feature_info();
             let e = cpu.get_extended_feature_info();
             let os_avx = f.as_ref().is_some_and(|f| f.has_oxsave() && f.has_avx());
-            let avx2 = os_avx && f.as_ref().is_some_and(|f| f.has_fma()) && e.as_ref().is_some_and(|e| e.has_avx2());
+            let avx2 =
+                os_avx && f.as_ref().is_some_and(|f| f.has_fma()) && e.as_ref().is_some_and(|e| e.has_avx2());
             let avx512 = avx2
-                && e.as_ref().is_some_and(|e| e.has_avx512f() && e.has_avx512bw() && e.has_avx512dq() && e.has_avx512vl());
+                && e.as_ref().is_some_and(|e| {
+                    e.has_avx512f() && e.has_avx512bw() && e.has_avx512dq() && e.has_avx512vl()
+                });
             // raw-cpuid reports what the CPU has; std's detection also checks that the OS saves
             // the wide registers (XCR0), which AVX-512 needs.
             if avx512 && std::arch::is_x86_feature_detected!("avx512f") {
                 return SimdLevel::Avx512;
             }
-            if avx2 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if avx2
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
                 return SimdLevel::Avx2;
             }
         }

@@ -123,7 +123,9 @@ unsafe fn binary_seg<const OP: u8, const F: bool, const AS: bool, const BS: bool
     out: &mut [f32],
 ) {
     let n = out.len();
-    assert!((if AS { a.len() >= 1 } else { a.len() >= n }) && (if BS { b.len() >= 1 } else { b.len() >= n }));
+    assert!(
+        (if AS { !a.is_empty() } else { a.len() >= n }) && (if BS { !b.is_empty() } else { b.len() >= n })
+    );
     let (pa, pb, po) = (a.as_ptr(), b.as_ptr(), out.as_mut_ptr());
     let (sa, sb) = (_mm256_set1_ps(a[0]), _mm256_set1_ps(b[0]));
     let mut i = 0;
@@ -157,6 +159,7 @@ pub(super) enum Side {
 /// # Safety
 /// The CPU must support AVX2 and FMA. The operands must be as long as their `Side` says for an
 /// output of at least `start + out.len()` elements.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn binary_range(
     op: Binary,
     fast: bool,
@@ -379,7 +382,8 @@ pub(super) unsafe fn reduce_strided<const K: u8, const MEAN: bool>(
         let mut s = 128;
         while s >= 1 {
             for j in 0..s {
-                acc[j] = if K == kind::MAX { vm::max(acc[j], acc[j + s]) } else { vm::add(acc[j], acc[j + s]) };
+                acc[j] =
+                    if K == kind::MAX { vm::max(acc[j], acc[j + s]) } else { vm::add(acc[j], acc[j + s]) };
             }
             s /= 2;
         }
@@ -456,7 +460,13 @@ unsafe fn scale_row(out: &mut [f32], r: f32) {
 /// `out[i] = canon(((out[i] * rs) * gamma[i]) + beta[i])` (gamma, beta optional), or with
 /// `src` as the input instead of `out` when given.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn affine_row(src: Option<&[f32]>, out: &mut [f32], rs: f32, gamma: Option<&[f32]>, beta: Option<&[f32]>) {
+unsafe fn affine_row(
+    src: Option<&[f32]>,
+    out: &mut [f32],
+    rs: f32,
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+) {
     let n = out.len();
     assert!(
         src.is_none_or(|s| s.len() == n)

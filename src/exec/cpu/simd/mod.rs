@@ -201,7 +201,14 @@ pub fn binary(
 }
 
 /// Softmax over the last axis of `x * scale + mask` (see [`reference::softmax`]).
-pub fn softmax(ctx: &Ctx, x: &[f32], shape: &[usize], mask: Option<(&[f32], &[usize])>, scale: f32, out: &mut [f32]) {
+pub fn softmax(
+    ctx: &Ctx,
+    x: &[f32],
+    shape: &[usize],
+    mask: Option<(&[f32], &[usize])>,
+    scale: f32,
+    out: &mut [f32],
+) {
     if !use_avx2(ctx) || shape.is_empty() {
         return reference::softmax(x, shape, mask, scale, out);
     }
@@ -353,9 +360,15 @@ pub fn reduce(ctx: &Ctx, op: Reduce, x: &[f32], shape: &[usize], axis: usize, ou
                     // whole [outer, len, inner] tensor.
                     unsafe {
                         match op {
-                            Reduce::Sum => avx2::reduce_strided::<{ kind::SUM }, false>(x, len, inner, oi, i0, dst),
-                            Reduce::Mean => avx2::reduce_strided::<{ kind::SUM }, true>(x, len, inner, oi, i0, dst),
-                            Reduce::Max => avx2::reduce_strided::<{ kind::MAX }, false>(x, len, inner, oi, i0, dst),
+                            Reduce::Sum => {
+                                avx2::reduce_strided::<{ kind::SUM }, false>(x, len, inner, oi, i0, dst)
+                            }
+                            Reduce::Mean => {
+                                avx2::reduce_strided::<{ kind::SUM }, true>(x, len, inner, oi, i0, dst)
+                            }
+                            Reduce::Max => {
+                                avx2::reduce_strided::<{ kind::MAX }, false>(x, len, inner, oi, i0, dst)
+                            }
                         }
                     }
                     p += run;

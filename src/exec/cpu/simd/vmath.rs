@@ -351,10 +351,8 @@ pub(super) unsafe fn sqrt<const F: bool>(x: V) -> V {
     let zero = _mm256_setzero_si256();
     let abs = _mm256_and_si256(b, si(ABS));
     // NaN, ±0 and +inf return x itself; other negatives give NaN.
-    let keep = or(
-        or(is_nan(x), float(_mm256_cmpeq_epi32(abs, zero))),
-        float(_mm256_cmpeq_epi32(b, si(INF_BITS))),
-    );
+    let keep =
+        or(or(is_nan(x), float(_mm256_cmpeq_epi32(abs, zero))), float(_mm256_cmpeq_epi32(b, si(INF_BITS))));
     let neg = float(_mm256_cmpgt_epi32(zero, b));
     let (m, h) = split_even(x);
     let y = rsqrt_seed(m);
@@ -427,8 +425,7 @@ pub(super) unsafe fn exp<const F: bool>(x: V) -> V {
     let e = _mm256_add_epi32(exp_field(m), _mm256_cvttps_epi32(k));
     let over = float(_mm256_cmpgt_epi32(e, si(254)));
     let under = float(_mm256_cmpgt_epi32(si(1), e));
-    let mut res =
-        float(_mm256_or_si256(_mm256_and_si256(bits(m), si(MANT)), _mm256_slli_epi32::<23>(e)));
+    let mut res = float(_mm256_or_si256(_mm256_and_si256(bits(m), si(MANT)), _mm256_slli_epi32::<23>(e)));
     let inf = float(si(INF_BITS));
     res = sel(over, inf, res);
     res = sel(under, _mm256_setzero_ps(), res);
