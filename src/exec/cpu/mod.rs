@@ -14,6 +14,7 @@
 pub mod fpenv;
 pub mod gemm;
 pub mod reference;
+pub mod simd;
 
 use crate::isa::Tier;
 

@@ -1,0 +1,399 @@
+//! The SIMD kernels (`exec::cpu::simd`) against the scalar reference, bit for bit.
+//!
+//! Everything runs inside an `FtzGuard` (the mode strict kernels run in). For every op: AVX2
+//! strict == reference (`to_bits`), and 1, 2 and 3 worker threads give the same bits (strict and
+//! fast). Every unary function is also checked over a dense sample of all 2^32 bit patterns.
+//! On a CPU without AVX2 the AVX2 comparisons are skipped (reported on stderr).
+
+use std::sync::OnceLock;
+
+use adeadvm::exec::cpu::fpenv::FtzGuard;
+use adeadvm::exec::cpu::reference::{self as r, Binary, Reduce, Unary};
+use adeadvm::exec::cpu::{simd, worker_pool, Ctx, SimdLevel};
+use adeadvm::isa::Tier;
+use proptest::prelude::*;
+
+const UNARY: [Unary; 10] = [
+    Unary::Neg,
+    Unary::Abs,
+    Unary::Sqrt,
+    Unary::Rsqrt,
+    Unary::Exp,
+    Unary::Log,
+    Unary::Relu,
+    Unary::Sigmoid,
+    Unary::Tanh,
+    Unary::Gelu,
+];
+const BINARY: [Binary; 6] = [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min];
+
+fn avx2() -> bool {
+    let ok = SimdLevel::detect() >= SimdLevel::Avx2;
+    if !ok {
+        eprintln!("no AVX2 on this CPU: AVX2 comparisons skipped");
+    }
+    ok
+}
+
+fn pools() -> &'static [rayon::ThreadPool; 3] {
+    static P: OnceLock<[rayon::ThreadPool; 3]> = OnceLock::new();
+    P.get_or_init(|| [worker_pool(1).unwrap(), worker_pool(2).unwrap(), worker_pool(3).unwrap()])
+}
+
+fn ctx(tier: Tier, threads: usize) -> Ctx<'static> {
+    Ctx { level: SimdLevel::Avx2, tier, pool: Some(&pools()[threads - 1]) }
+}
+
+fn strict1() -> Ctx<'static> {
+    Ctx { level: SimdLevel::Avx2, tier: Tier::Strict, pool: None }
+}
+
+#[track_caller]
+fn same_bits(what: &str, want: &[f32], got: &[f32], inputs: &[&[f32]]) {
+    assert_eq!(want.len(), got.len(), "{what}: lengths");
+    if let Some(i) = (0..want.len()).find(|&i| want[i].to_bits() != got[i].to_bits()) {
+        let ins: Vec<String> = inputs
+            .iter()
+            .map(|x| x.get(i).map_or("-".into(), |v| format!("{:#010x}", v.to_bits())))
+            .collect();
+        panic!(
+            "{what}: element {i} of {}: want {:#010x} ({:e}), got {:#010x} ({:e}); inputs at {i}: {ins:?}",
+            want.len(),
+            want[i].to_bits(),
+            want[i],
+            got[i].to_bits(),
+            got[i]
+        );
+    }
+}
+
+/// Runs `f` with the given context for 1, 2, 3 threads (strict and fast) and checks that the
+/// thread count never changes the bits; returns nothing (strict vs reference is checked by the
+/// caller).
+fn threads_agree(what: &str, n: usize, f: impl Fn(&Ctx, &mut [f32])) {
+    for tier in [Tier::Strict, Tier::Fast] {
+        let mut first = vec![0.0f32; n];
+        f(&ctx(tier, 1), &mut first);
+        for t in [2, 3] {
+            let mut o = vec![0.0f32; n];
+            f(&ctx(tier, t), &mut o);
+            same_bits(&format!("{what} {tier:?} {t} threads vs 1"), &first, &o, &[]);
+        }
+    }
+}
+
+// ---- values ----------------------------------------------------------------------------------
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    /// A value from a mixture: mostly normal ranges, some specials of every kind.
+    fn value(&mut self, mix: u32) -> f32 {
+        let sign = if self.next() & 1 == 0 { 0 } else { 0x8000_0000u32 };
+        let c = self.below(100) as u32;
+        if c >= mix {
+            return (self.unit() * 2.0 - 1.0) * 8.0;
+        }
+        let b: u32 = match c % 10 {
+            0 => 0,                                                // ±0
+            1 => 0x7f80_0000,                                      // ±inf
+            2 => 0x7f80_0001 + (self.next() as u32 % 0x7f_ffff),   // NaN, any payload
+            3 => 1 + (self.next() as u32 % 0x7f_ffff),             // denormal
+            4 => 0x7f00_0000 + (self.next() as u32 % 0x7f_ffff),   // huge
+            5 => 0x0080_0000 + (self.next() as u32 % 0x0100_0000), // tiny normal
+            6 => (self.next() as u32) & 0x7fff_ffff,               // any pattern
+            7 => 0x4200_0000 + (self.next() as u32 % 0x0180_0000), // 32..~200 (exp edges)
+            8 => 0x3f00_0000 + (self.next() as u32 % 0x0100_0000), // 0.5..2
+            _ => (self.unit() * 200.0).to_bits(),                  // 0..200
+        };
+        f32::from_bits(b | sign)
+    }
+    fn values(&mut self, n: usize, mix: u32) -> Vec<f32> {
+        (0..n).map(|_| self.value(mix)).collect()
+    }
+}
+
+// ---- dense unary sweep -----------------------------------------------------------------------
+
+#[test]
+fn unary_dense_all_bit_patterns() {
+    if !avx2() {
+        return;
+    }
+    let _g = FtzGuard::new();
+    // Stride 997 over all 2^32 patterns (about 4.3 million inputs), plus the last pattern.
+    let mut xs: Vec<f32> = (0..=u32::MAX / 997).map(|i| f32::from_bits(i * 997)).collect();
+    xs.push(f32::from_bits(u32::MAX));
+    let (mut want, mut got) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
+    for op in UNARY {
+        r::unary(op, &xs, &mut want);
+        simd::unary(&strict1(), op, &xs, &mut got);
+        same_bits(&format!("{op:?} dense"), &want, &got, &[&xs]);
+    }
+}
+
+#[test]
+fn binary_edge_pairs() {
+    if !avx2() {
+        return;
+    }
+    let _g = FtzGuard::new();
+    let mut edges: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        2.0,
+        3.0,
+        1.5,
+        f32::MAX,
+        -f32::MAX,
+        f32::MIN_POSITIVE,
+        -f32::MIN_POSITIVE,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::EPSILON,
+        1.0 + f32::EPSILON,
+        1.0 - f32::EPSILON / 2.0,
+    ];
+    for b in [1u32, 0x007f_ffff, 0x8000_0001, 0x7fc0_0000, 0xffc0_0000, 0x7f80_0001, 0xffbf_ffff, 0x7fc1_2345]
+    {
+        edges.push(f32::from_bits(b));
+    }
+    let mut rng = Rng(7);
+    edges.extend(rng.values(200, 60));
+    let (a, b): (Vec<f32>, Vec<f32>) = edges.iter().flat_map(|&x| edges.iter().map(move |&y| (x, y))).unzip();
+    let n = a.len();
+    for op in BINARY {
+        let (mut want, mut got) = (vec![0.0; n], vec![0.0; n]);
+        r::binary(op, &a, &[n], &b, &[n], &mut want, &[n]);
+        simd::binary(&strict1(), op, &a, &[n], &b, &[n], &mut got, &[n]);
+        same_bits(&format!("{op:?} pairs"), &want, &got, &[&a, &b]);
+    }
+}
+
+#[test]
+fn div_random_pairs() {
+    if !avx2() {
+        return;
+    }
+    let _g = FtzGuard::new();
+    let mut rng = Rng(99);
+    let n = 1 << 20;
+    let a: Vec<f32> = (0..n).map(|_| f32::from_bits(rng.next() as u32)).collect();
+    let b: Vec<f32> = (0..n).map(|_| f32::from_bits(rng.next() as u32)).collect();
+    let (mut want, mut got) = (vec![0.0; n], vec![0.0; n]);
+    r::binary(Binary::Div, &a, &[n], &b, &[n], &mut want, &[n]);
+    simd::binary(&strict1(), Binary::Div, &a, &[n], &b, &[n], &mut got, &[n]);
+    same_bits("div random bits", &want, &got, &[&a, &b]);
+}
+
+// ---- threading on sizes large enough to split ------------------------------------------------
+
+#[test]
+fn large_kernels_split_over_threads() {
+    if !avx2() {
+        return;
+    }
+    let _g = FtzGuard::new();
+    let mut rng = Rng(3);
+    let n = 300_001;
+    let a = rng.values(n, 10);
+    let b = rng.values(n, 10);
+    let mut want = vec![0.0; n];
+    for op in [Unary::Exp, Unary::Gelu, Unary::Relu] {
+        r::unary(op, &a, &mut want);
+        threads_agree(&format!("{op:?}"), n, |c, o| {
+            simd::unary(c, op, &a, o);
+            if c.tier == Tier::Strict {
+                same_bits(&format!("{op:?} vs reference"), &want, o, &[&a]);
+            }
+        });
+    }
+    for op in [Binary::Add, Binary::Div] {
+        r::binary(op, &a, &[n], &b, &[n], &mut want, &[n]);
+        threads_agree(&format!("{op:?}"), n, |c, o| {
+            simd::binary(c, op, &a, &[n], &b, &[n], o, &[n]);
+            if c.tier == Tier::Strict {
+                same_bits(&format!("{op:?} vs reference"), &want, o, &[&a, &b]);
+            }
+        });
+    }
+    let (rows, cols) = (300, 1000);
+    let x = &a[..rows * cols];
+    let g = &b[..cols];
+    let mut want = vec![0.0; rows * cols];
+    r::softmax(x, &[rows, cols], Some((g, &[cols])), 0.5, &mut want);
+    threads_agree("softmax", rows * cols, |c, o| {
+        simd::softmax(c, x, &[rows, cols], Some((g, &[cols])), 0.5, o);
+        if c.tier == Tier::Strict {
+            same_bits("softmax vs reference", &want, o, &[x]);
+        }
+    });
+    r::layernorm(x, cols, Some(g), Some(g), 1e-5, &mut want);
+    threads_agree("layernorm", rows * cols, |c, o| {
+        simd::layernorm(c, x, cols, Some(g), Some(g), 1e-5, o);
+        if c.tier == Tier::Strict {
+            same_bits("layernorm vs reference", &want, o, &[x]);
+        }
+    });
+    for (axis, len) in [(0, rows), (1, cols)] {
+        let on = rows * cols / len;
+        let mut want = vec![0.0; on];
+        r::reduce(Reduce::Sum, x, &[rows, cols], axis, &mut want);
+        threads_agree("reduce", on, |c, o| {
+            simd::reduce(c, Reduce::Sum, x, &[rows, cols], axis, o);
+            same_bits("reduce vs reference", &want, o, &[]);
+        });
+    }
+}
+
+// ---- properties ------------------------------------------------------------------------------
+
+/// Checks `simd(strict) == reference`, and threads 1/2/3 agree (strict and fast).
+fn check(what: &str, n: usize, reference: impl Fn(&mut [f32]), simd_fn: impl Fn(&Ctx, &mut [f32])) {
+    let _g = FtzGuard::new();
+    let mut want = vec![0.0; n];
+    reference(&mut want);
+    let mut got = vec![0.0; n];
+    simd_fn(&strict1(), &mut got);
+    same_bits(what, &want, &got, &[]);
+    threads_agree(what, n, |c, o| simd_fn(c, o));
+}
+
+/// A random output shape (rank 1..=4) and an operand shape broadcast to it.
+fn broadcast_shapes(rng: &mut Rng) -> (Vec<usize>, Vec<usize>) {
+    let rank = 1 + rng.below(4) as usize;
+    let out: Vec<usize> =
+        (0..rank).map(|_| 1 + rng.below(if rank == 1 { 300 } else { 13 }) as usize).collect();
+    let b = match rng.below(6) {
+        0 => out.clone(),
+        1 => vec![1],
+        2 => out[rng.below(rank as u64) as usize..].to_vec(), // row over leading axes
+        3 => {
+            // column: trailing axes 1
+            let k = rng.below(rank as u64 + 1) as usize;
+            out.iter().enumerate().map(|(i, &d)| if i >= k { 1 } else { d }).collect()
+        }
+        4 => vec![],
+        _ => out.iter().map(|&d| if rng.below(2) == 0 { 1 } else { d }).collect(), // anything
+    };
+    (out, b)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn unary_matches(seed: u64, len in 0usize..2000, mix in 0u32..100, op in 0usize..10) {
+        if avx2() {
+            let mut rng = Rng(seed);
+            let a = rng.values(len, mix);
+            let op = UNARY[op];
+            check(&format!("{op:?} len {len}"), len, |o| r::unary(op, &a, o), |c, o| simd::unary(c, op, &a, o));
+        }
+    }
+
+    #[test]
+    fn binary_matches(seed: u64, mix in 0u32..100, op in 0usize..6, swap: bool, scalar: bool) {
+        if avx2() {
+            let mut rng = Rng(seed);
+            let op = BINARY[op];
+            let (out, bs) = broadcast_shapes(&mut rng);
+            let (as_, bs) = if swap { (bs, out.clone()) } else { (out.clone(), bs) };
+            let n: usize = out.iter().product();
+            let a = rng.values(as_.iter().product(), mix);
+            let b = rng.values(bs.iter().product(), mix);
+            check(
+                &format!("{op:?} {as_:?} {bs:?} -> {out:?}"),
+                n,
+                |o| r::binary(op, &a, &as_, &b, &bs, o, &out),
+                |c, o| simd::binary(c, op, &a, &as_, &b, &bs, o, &out),
+            );
+            if scalar {
+                let s = b.first().copied().unwrap_or(0.0);
+                let a = &a[..a.len().min(n)];
+                check(
+                    &format!("{op:?} scalar {s:e}"),
+                    a.len(),
+                    |o| r::binary_scalar(op, a, s, o),
+                    |c, o| simd::binary_scalar(c, op, a, s, o),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_matches(seed: u64, rows in 1usize..6, n in 1usize..1000, mix in 0u32..30, mask in 0u8..4, scale in -2.0f32..2.0) {
+        if avx2() {
+            let mut rng = Rng(seed);
+            let shape = vec![rows, n];
+            let x = rng.values(rows * n, mix);
+            let ms: Vec<usize> = match mask { 0 => vec![], 1 => vec![n], 2 => vec![rows, 1], _ => vec![rows, n] };
+            let mv = rng.values(ms.iter().product(), mix);
+            let m = if mask == 0 { None } else { Some((&mv[..], &ms[..])) };
+            check(
+                &format!("softmax {shape:?} mask {ms:?}"),
+                rows * n,
+                |o| r::softmax(&x, &shape, m, scale, o),
+                |c, o| simd::softmax(c, &x, &shape, m, scale, o),
+            );
+        }
+    }
+
+    #[test]
+    fn norms_match(seed: u64, rows in 1usize..5, n in 1usize..1000, mix in 0u32..30, affine in 0u8..4, eps in 0.0f32..0.1) {
+        if avx2() {
+            let mut rng = Rng(seed);
+            let x = rng.values(rows * n, mix);
+            let g = rng.values(n, mix);
+            let b = rng.values(n, mix);
+            let gamma = (affine & 1 != 0).then_some(&g[..]);
+            let beta = (affine & 2 != 0).then_some(&b[..]);
+            check(
+                &format!("layernorm {rows}x{n}"),
+                rows * n,
+                |o| r::layernorm(&x, n, gamma, beta, eps, o),
+                |c, o| simd::layernorm(c, &x, n, gamma, beta, eps, o),
+            );
+            check(
+                &format!("rmsnorm {rows}x{n}"),
+                rows * n,
+                |o| r::rmsnorm(&x, n, gamma, eps, o),
+                |c, o| simd::rmsnorm(c, &x, n, gamma, eps, o),
+            );
+        }
+    }
+
+    #[test]
+    fn reduce_matches(seed: u64, mix in 0u32..40, op in 0usize..3, rank in 1usize..4) {
+        if avx2() {
+            let mut rng = Rng(seed);
+            let shape: Vec<usize> = (0..rank).map(|_| rng.below(if rank == 1 { 1000 } else { 40 }) as usize).collect();
+            let axis = rng.below(rank as u64) as usize;
+            let x = rng.values(shape.iter().product(), mix);
+            let on: usize = shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).product();
+            let op = [Reduce::Sum, Reduce::Mean, Reduce::Max][op];
+            check(
+                &format!("{op:?} {shape:?} axis {axis}"),
+                on,
+                |o| r::reduce(op, &x, &shape, axis, o),
+                |c, o| simd::reduce(c, op, &x, &shape, axis, o),
+            );
+        }
+    }
+}
