@@ -18,7 +18,7 @@ use thiserror::Error;
 
 use crate::exec::cpu::fpenv::FtzGuard;
 use crate::exec::cpu::reference::{self as r, Binary, MatmulShape, Reduce, Unary};
-use crate::exec::cpu::{worker_pool, SimdLevel};
+use crate::exec::cpu::{self as cpu, simd, worker_pool, Ctx, SimdLevel};
 use crate::format::{ConstData, Program, TensorKind};
 use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId};
 use crate::numerics as nx;
@@ -145,7 +145,7 @@ pub struct Vm {
     /// The memory plan of the last dimension binding: runs with the same input shapes reuse it.
     plan_cache: Option<(Vec<u64>, Arc<MemoryPlan>)>,
     level: SimdLevel,
-    pool: Option<rayon::ThreadPool>,
+    pool: Option<Arc<rayon::ThreadPool>>,
     /// The tensor each instruction writes, decoded once.
     writes: Vec<Option<TensorId>>,
 }
@@ -194,7 +194,9 @@ impl Vm {
         let threads =
             config.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let pool = if threads > 1 {
-            Some(worker_pool(threads).map_err(|e| VmError::Threads { threads, why: e.to_string() })?)
+            Some(Arc::new(
+                worker_pool(threads).map_err(|e| VmError::Threads { threads, why: e.to_string() })?,
+            ))
         } else {
             None
         };
@@ -337,7 +339,15 @@ impl Vm {
         for o in &mut self.outputs {
             *o = None;
         }
-        let mut frame = Frame { shapes, out_shapes, locs, regs: [0; 16] };
+        let mut frame = Frame {
+            shapes,
+            out_shapes,
+            locs,
+            regs: [0; 16],
+            level: self.level,
+            tier: p.tier,
+            pool: self.pool.clone(),
+        };
         let code = program.instructions();
         let mut pc = 0usize;
         let mut steps = 0u64;
@@ -580,8 +590,9 @@ impl Vm {
             | Insn::Gelu { dst, a } => {
                 let op = unary_of(insn.opcode());
                 cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(a)], |out, ins| {
-                    r::unary(op, ins[0].unwrap_or_default(), out)
+                    simd::unary(&ctx, op, ins[0].unwrap_or_default(), out)
                 });
             }
             Insn::Add { dst, a, b }
@@ -610,8 +621,10 @@ impl Vm {
                         )
                     });
                 } else {
+                    let ctx = f.ctx();
                     self.float_op(p, f, dst, &[Some(a), Some(b)], |out, ins| {
-                        r::binary(
+                        simd::binary(
+                            &ctx,
                             op,
                             ins[0].unwrap_or_default(),
                             &sa,
@@ -631,8 +644,9 @@ impl Vm {
             | Insn::MinS { dst, a, s } => {
                 let op = binary_of(insn.opcode());
                 cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(a)], |out, ins| {
-                    r::binary_scalar(op, ins[0].unwrap_or_default(), s, out)
+                    simd::binary_scalar(&ctx, op, ins[0].unwrap_or_default(), s, out)
                 });
             }
             Insn::Matmul { dst, a, b, bias, ta, tb, act } => {
@@ -647,17 +661,28 @@ impl Vm {
                 cost =
                     (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
                 let bias_shape = bias.map(|t| f.shapes[t.0 as usize].clone());
+                let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(a), Some(b), bias], |out, ins| {
                     let bias = ins[2].zip(bias_shape.as_deref());
-                    r::matmul(&g, ins[0].unwrap_or_default(), ins[1].unwrap_or_default(), bias, act, out)
+                    cpu::matmul(
+                        &ctx,
+                        &g,
+                        ins[0].unwrap_or_default(),
+                        ins[1].unwrap_or_default(),
+                        bias,
+                        act,
+                        out,
+                    )
                 });
             }
             Insn::Softmax { dst, x, mask, scale } => {
                 let shape = f.shapes[x.0 as usize].clone();
                 let mask_shape = mask.map(|t| f.shapes[t.0 as usize].clone());
                 cost = (5 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(x), mask], |out, ins| {
-                    r::softmax(
+                    simd::softmax(
+                        &ctx,
                         ins[0].unwrap_or_default(),
                         &shape,
                         ins[1].zip(mask_shape.as_deref()),
@@ -669,15 +694,17 @@ impl Vm {
             Insn::Layernorm { dst, x, gamma, beta, eps } => {
                 let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
                 cost = (8 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(x), gamma, beta], |out, ins| {
-                    r::layernorm(ins[0].unwrap_or_default(), n, ins[1], ins[2], eps, out)
+                    simd::layernorm(&ctx, ins[0].unwrap_or_default(), n, ins[1], ins[2], eps, out)
                 });
             }
             Insn::Rmsnorm { dst, x, gamma, eps } => {
                 let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
                 cost = (4 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(x), gamma], |out, ins| {
-                    r::rmsnorm(ins[0].unwrap_or_default(), n, ins[1], eps, out)
+                    simd::rmsnorm(&ctx, ins[0].unwrap_or_default(), n, ins[1], eps, out)
                 });
             }
             Insn::ReduceSum { dst, src, axis }
@@ -691,8 +718,9 @@ impl Vm {
                 let shape = f.shapes[src.0 as usize].clone();
                 let ax = norm_axis(axis, shape.len());
                 cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
+                let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(src)], |out, ins| {
-                    r::reduce(op, ins[0].unwrap_or_default(), &shape, ax, out)
+                    simd::reduce(&ctx, op, ins[0].unwrap_or_default(), &shape, ax, out)
                 });
             }
             Insn::Kernel { .. } => return Err(self.runtime_error(
@@ -854,6 +882,16 @@ struct Frame {
     out_shapes: Vec<Vec<usize>>,
     locs: Vec<Loc>,
     regs: [i64; 16],
+    level: SimdLevel,
+    tier: crate::isa::Tier,
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl Frame {
+    /// What kernels need besides their data.
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx { level: self.level, tier: self.tier, pool: self.pool.as_deref() }
+    }
 }
 
 enum Flow {

@@ -108,3 +108,63 @@ pub fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, rayon::ThreadPoo
         .start_handler(|_| fpenv::enter_ftz_for_thread())
         .build()
 }
+
+use crate::isa::Act;
+use reference::{for_each_broadcast, MatmulShape, Unary};
+
+/// MATMUL on the CPU: `gemm` for each (broadcast) batch, then the epilogue in the reference's
+/// order: `acc = add(acc, bias)`, then the activation. Gives `reference::matmul`'s bits in the
+/// strict tier at every SIMD level and thread count.
+pub fn matmul(
+    ctx: &Ctx,
+    g: &MatmulShape,
+    a: &[f32],
+    b: &[f32],
+    bias: Option<(&[f32], &[usize])>,
+    act: Act,
+    out: &mut [f32],
+) {
+    let r = g.out.len();
+    let (m, n) = (g.out[r - 2], g.out[r - 1]);
+    let k = if g.ta { g.a[g.a.len() - 2] } else { g.a[g.a.len() - 1] };
+    // Element (i, p) of op(a) and (p, j) of op(b) as strides into one batch's matrix.
+    let (a_rs, a_cs) = if g.ta { (1, m) } else { (k, 1) };
+    let (b_rs, b_cs) = if g.tb { (1, k) } else { (n, 1) };
+    let (a_batch, b_batch) = (&g.a[..g.a.len() - 2], &g.b[..g.b.len() - 2]);
+    let mut batch = 0usize;
+    for_each_broadcast(&g.out[..r - 2], [a_batch, b_batch], |_, [ab, bb]| {
+        let c = &mut out[batch * m * n..(batch + 1) * m * n];
+        gemm::gemm(
+            ctx,
+            m,
+            n,
+            k,
+            &a[ab * m * k..(ab + 1) * m * k],
+            a_rs,
+            a_cs,
+            &b[bb * k * n..(bb + 1) * k * n],
+            b_rs,
+            b_cs,
+            c,
+        );
+        batch += 1;
+    });
+    if let Some((bv, bs)) = bias {
+        if bs == [n] && n > 0 {
+            for row in out.chunks_exact_mut(n) {
+                for (o, &bj) in row.iter_mut().zip(bv) {
+                    *o = crate::numerics::add(*o, bj);
+                }
+            }
+        } else {
+            for_each_broadcast(&g.out, [bs], |o, [j]| out[o] = crate::numerics::add(out[o], bv[j]));
+        }
+    }
+    let op = match act {
+        Act::None => return,
+        Act::Relu => Unary::Relu,
+        Act::Gelu => Unary::Gelu,
+    };
+    let pre = out.to_vec();
+    simd::unary(ctx, op, &pre, out);
+}

@@ -1,0 +1,114 @@
+//! One problem, every CPU executor configuration: the scalar reference, each SIMD level this CPU
+//! has, and 1 to 3 worker threads must give the same bits in the strict tier.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use adeadvm::exec::cpu::SimdLevel;
+use adeadvm::verify::VerifiedProgram;
+use adeadvm::vm::{HostTensor, VmConfig};
+use common::*;
+
+fn configs() -> Vec<VmConfig> {
+    let mut levels = vec![SimdLevel::Scalar];
+    for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
+        if l <= SimdLevel::detect() {
+            levels.push(l);
+        }
+    }
+    let mut out = Vec::new();
+    for simd in levels {
+        for threads in [1, 2, 3] {
+            out.push(VmConfig { simd: Some(simd), threads: Some(threads), ..VmConfig::default() });
+        }
+    }
+    out
+}
+
+fn assert_same_everywhere(what: &str, program: &Arc<VerifiedProgram>, inputs: &[(&str, HostTensor)]) {
+    let mut runs = configs().into_iter().map(|c| {
+        let label = format!("{:?} x{}", c.simd.unwrap(), c.threads.unwrap());
+        (label, run_with(program, inputs, c).unwrap_or_else(|e| panic!("{what}: {e}")))
+    });
+    let (first_label, first) = runs.next().unwrap();
+    for (label, outs) in runs {
+        for (name, t) in &first {
+            let o = &outs[name];
+            if o != t {
+                let pos = o.bytes().iter().zip(t.bytes()).position(|(a, b)| a != b).unwrap_or(0) / 4;
+                panic!("{what}: output {name} differs between {first_label} and {label} (first at element {pos})");
+            }
+        }
+    }
+}
+
+fn program_file(name: &str) -> Arc<VerifiedProgram> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    let options = adeadvm::asm::AsmOptions { defines: Vec::new(), base_dir: dir };
+    let p = adeadvm::asm::assemble(&text, name, &options).unwrap_or_else(|e| panic!("{e}"));
+    Arc::new(adeadvm::verify::verify(adeadvm::format::Program::from_bytes(p.to_bytes()).unwrap()).unwrap())
+}
+
+fn data(name: &str) -> HostTensor {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/data").join(name);
+    adeadvm::npy::read(&path, None).unwrap()
+}
+
+#[test]
+fn example_programs_give_the_same_bits_on_every_cpu_configuration() {
+    assert_same_everywhere("mlp.s", &program_file("mlp.s"), &[("x", data("mlp_x.npy"))]);
+    assert_same_everywhere(
+        "attention.s",
+        &program_file("attention.s"),
+        &[("x", data("attention_x.npy")), ("mask", data("attention_mask.npy"))],
+    );
+    assert_same_everywhere("ffn.s", &program_file("ffn.s"), &[("x", data("ffn_x.npy"))]);
+    assert_same_everywhere("loop.s", &program_file("loop.s"), &[("x", data("loop_x.npy"))]);
+}
+
+/// Every float opcode with a SIMD path, on awkward sizes (tails, rows longer than 256) and
+/// awkward values (denormals, ±0, ±inf, NaN, huge and tiny).
+#[test]
+fn every_kernel_gives_the_same_bits_on_every_cpu_configuration() {
+    let (r, c) = (37, 301);
+    let mut rng = Rng(99);
+    let mut x = rng.vec(r * c, -30.0, 30.0);
+    let specials = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-40,
+        -1e-39,
+        3e38,
+        -3e38,
+        1e-30,
+        88.7,
+        -87.4,
+    ];
+    for (i, v) in specials.iter().enumerate() {
+        x[i * 97 % (r * c)] = *v;
+    }
+    let w = rng.vec(c * 19, -1.0, 1.0);
+    let src = format!(
+        ".input %x f32[{r}, {c}]\n.input %w f32[{c}, 19]\n.const %g f32[{c}] = fill(1.5)\n.const %b f32[19] = fill(0.25)\n\
+         .output u f32[{r}, {c}]\n.output m f32[{r}, 19]\n.output s f32[{r}, {c}]\n.output l f32[{r}, {c}]\n.output q f32[{r}, {c}]\n\
+         .output red f32[{c}]\n.output mx f32[{r}]\n.output bn f32[{r}, {c}]\n\
+         ALLOC %t: f32[{r}, {c}]\nALLOC %t2: f32[{r}, {c}]\n\
+         EXP %t, %x\nTANH %t2, %t\nGELU %t, %t2\nSIGMOID %t2, %t\nLOG %t, %t2\nRSQRT %t2, %t\nSQRT %t, %t2\nSTORE u, %t\n\
+         ALLOC %m: f32[{r}, 19]\nMATMUL %m, %x, %w, bias=%b, act=gelu\nSTORE m, %m\nFREE %m\n\
+         SOFTMAX %t, %x, scale=0.7\nSTORE s, %t\n\
+         LAYERNORM %t, %x, gamma=%g, eps=1e-6\nSTORE l, %t\n\
+         RMSNORM %t, %x, gamma=%g\nSTORE q, %t\n\
+         ALLOC %red: f32[{c}]\nREDUCE_SUM %red, %x, 0\nSTORE red, %red\nFREE %red\n\
+         ALLOC %mx: f32[{r}]\nREDUCE_MAX %mx, %x, 1\nSTORE mx, %mx\nFREE %mx\n\
+         DIV %t2, %x, %g\nMUL %t, %t2, 0.3\nMAX %t2, %t, -1.0\nSUB %t, %t2, %x\nSTORE bn, %t\n\
+         FREE %t\nFREE %t2\n"
+    );
+    let program = build(&src);
+    assert_same_everywhere("kernels", &program, &[("x", f32s(&[r, c], &x)), ("w", f32s(&[c, 19], &w))]);
+}
