@@ -148,6 +148,8 @@ pub struct Vm {
     pool: Option<Arc<rayon::ThreadPool>>,
     /// The tensor each instruction writes, decoded once.
     writes: Vec<Option<TensorId>>,
+    /// Where an instruction's source is copied when it is also the destination.
+    scratch: AlignedBuf,
 }
 
 impl Vm {
@@ -211,6 +213,7 @@ impl Vm {
             level,
             pool,
             writes: program.instructions().iter().map(|i| i.insn.writes()).collect(),
+            scratch: AlignedBuf::default(),
             program,
         })
     }
@@ -733,37 +736,40 @@ impl Vm {
     }
 
     /// Splits storage into the destination (a temporary in the arena) and up to
-    /// [`MAX_SOURCES`] sources; a source that is the destination itself is copied first. No heap
-    /// allocation unless a source aliases the destination: this runs once per instruction.
+    /// [`MAX_SOURCES`] sources. A source that is the destination itself is first copied into
+    /// the VM's reusable scratch buffer. No heap allocation in the steady state: this runs once
+    /// per instruction.
     fn with_operands<R>(
         &mut self,
         p: &Program,
         f: &Frame,
         dst: TensorId,
         srcs: &[Option<TensorId>],
-        body: impl FnOnce(&mut [u8], &[Option<Cow<[u8]>>]) -> R,
+        body: impl FnOnce(&mut [u8], &[Option<&[u8]>]) -> R,
     ) -> R {
         let Loc::Arena(dst_range) = f.locs[dst.0 as usize].clone() else {
             unreachable!("the verifier allows writes to temporaries only");
         };
         let (inputs, consts, data) = (&self.inputs, &self.consts, &p.data);
         let arena = self.arena.bytes_mut();
-        let aliased: [bool; MAX_SOURCES] =
-            std::array::from_fn(|i| srcs.get(i).copied().flatten() == Some(dst));
-        // Aliased sources are copied out before the arena is split.
-        let copies: [Option<Vec<u8>>; MAX_SOURCES] =
-            std::array::from_fn(|i| aliased[i].then(|| arena[dst_range.clone()].to_vec()));
+        let aliased = srcs.contains(&Some(dst));
+        if aliased {
+            if self.scratch.len() < dst_range.len() {
+                // Out of memory here is as fatal as it is for the arena itself.
+                self.scratch = AlignedBuf::zeroed(dst_range.len()).unwrap_or_default();
+            }
+            self.scratch.bytes_mut()[..dst_range.len()].copy_from_slice(&arena[dst_range.clone()]);
+        }
+        let scratch = &self.scratch.bytes()[..if aliased { dst_range.len() } else { 0 }];
         let (before, rest) = arena.split_at_mut(dst_range.start);
         let (out, after) = rest.split_at_mut(dst_range.len());
         let after_start = dst_range.end;
-        let mut copies = copies.into_iter();
-        let views: [Option<Cow<[u8]>>; MAX_SOURCES] = std::array::from_fn(|i| {
-            let copy = copies.next().flatten();
-            let s = srcs.get(i).copied().flatten()?;
-            if let Some(c) = copy {
-                return Some(Cow::Owned(c));
+        let view = |s: Option<TensorId>| -> Option<&[u8]> {
+            let s = s?;
+            if s == dst {
+                return Some(scratch);
             }
-            Some(Cow::Borrowed(match &f.locs[s.0 as usize] {
+            Some(match &f.locs[s.0 as usize] {
                 // Live temporaries never overlap the destination: each lies wholly before or after it.
                 Loc::Arena(rg) if rg.end <= dst_range.start => &before[rg.clone()],
                 Loc::Arena(rg) => &after[rg.start - after_start..rg.end - after_start],
@@ -773,8 +779,10 @@ impl Vm {
                     Some(ConstStore::Owned(b)) => b.bytes(),
                     None => &[],
                 },
-            }))
-        });
+            })
+        };
+        let views: [Option<&[u8]>; MAX_SOURCES] =
+            std::array::from_fn(|i| view(srcs.get(i).copied().flatten()));
         body(out, &views[..srcs.len()])
     }
 
@@ -810,7 +818,7 @@ impl Vm {
             std::array::from_fn(|i| srcs.get(i).copied().flatten().map(dtype));
         self.with_operands(p, f, dst, srcs, |out, views| {
             let widened: [Option<Cow<[f32]>>; MAX_SOURCES] =
-                std::array::from_fn(|i| Some(to_f32(views.get(i)?.as_deref()?, src_dtypes[i]?)));
+                std::array::from_fn(|i| Some(to_f32(views.get(i).copied().flatten()?, src_dtypes[i]?)));
             let ins: [Option<&[f32]>; MAX_SOURCES] = std::array::from_fn(|i| widened[i].as_deref());
             let ins = &ins[..views.len()];
             if dst_dtype == DType::F32 {
@@ -834,7 +842,7 @@ impl Vm {
     ) {
         self.with_operands(p, f, dst, srcs, |out, views| {
             let ints: [Option<Cow<[i32]>>; MAX_SOURCES] =
-                std::array::from_fn(|i| Some(cast_or_copy(views.get(i)?.as_deref()?)));
+                std::array::from_fn(|i| Some(cast_or_copy(views.get(i).copied().flatten()?)));
             let ins: [Option<&[i32]>; MAX_SOURCES] = std::array::from_fn(|i| ints[i].as_deref());
             body(bytemuck::cast_slice_mut(out), &ins[..views.len()])
         })
