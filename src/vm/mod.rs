@@ -856,7 +856,7 @@ impl Vm {
             }
             (DType::I32, _) => {
                 self.with_operands(p, f, dst, &[Some(src)], |out, views| {
-                    let ints: Cow<[i32]> = cast_or_copy(views[0].as_deref().unwrap_or_default());
+                    let ints: Cow<[i32]> = cast_or_copy(views[0].unwrap_or_default());
                     // i32 -> f32 rounds to nearest even, the same on every executor.
                     let vals: Vec<f32> = ints.iter().map(|&v| v as f32).collect();
                     from_f32(&vals, dd, out);
@@ -864,7 +864,7 @@ impl Vm {
             }
             (_, DType::I32) => {
                 self.with_operands(p, f, dst, &[Some(src)], |out, views| {
-                    let vals = to_f32(views[0].as_deref().unwrap_or_default(), sd);
+                    let vals = to_f32(views[0].unwrap_or_default(), sd);
                     let out: &mut [i32] = bytemuck::cast_slice_mut(out);
                     // `as` truncates toward zero, saturates, and maps NaN to 0, as the ISA says.
                     for (o, &v) in out.iter_mut().zip(vals.iter()) {
