@@ -342,8 +342,10 @@ impl Vm {
         for o in &mut self.outputs {
             *o = None;
         }
+        let counts = shapes.iter().map(|s| s.iter().product::<usize>() as u64).collect();
         let mut frame = Frame {
             shapes,
+            counts,
             out_shapes,
             locs,
             regs: [0; 16],
@@ -429,7 +431,7 @@ impl Vm {
         insn: &Insn,
     ) -> Result<(Flow, (u64, u64)), VmError> {
         let dt = |t: TensorId| p.tensors[t.0 as usize].dtype;
-        let n_of = |f: &Frame, t: TensorId| f.shapes[t.0 as usize].iter().product::<usize>() as u64;
+        let n_of = |f: &Frame, t: TensorId| f.counts[t.0 as usize];
         let reg = |f: &Frame, r: crate::isa::Reg| f.regs[r.0 as usize];
         let mut cost = (0u64, 0u64);
         match *insn {
@@ -887,6 +889,8 @@ const MAX_SOURCES: usize = 4;
 /// Per-run state.
 struct Frame {
     shapes: Vec<Vec<usize>>,
+    /// Element count of each tensor (for the profiler's flop and byte counts).
+    counts: Vec<u64>,
     out_shapes: Vec<Vec<usize>>,
     locs: Vec<Loc>,
     regs: [i64; 16],
