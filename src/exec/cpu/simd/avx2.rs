@@ -129,6 +129,15 @@ unsafe fn binary_seg<const OP: u8, const F: bool, const AS: bool, const BS: bool
     let (pa, pb, po) = (a.as_ptr(), b.as_ptr(), out.as_mut_ptr());
     let (sa, sb) = (_mm256_set1_ps(a[0]), _mm256_set1_ps(b[0]));
     let mut i = 0;
+    // Four independent vectors per step keep more loads in flight (memory-bound ops).
+    while i + 32 <= n {
+        for j in [0, 8, 16, 24] {
+            let va = if AS { sa } else { _mm256_loadu_ps(pa.add(i + j)) };
+            let vb = if BS { sb } else { _mm256_loadu_ps(pb.add(i + j)) };
+            _mm256_storeu_ps(po.add(i + j), binary_v::<OP, F>(va, vb));
+        }
+        i += 32;
+    }
     while i + 8 <= n {
         let va = if AS { sa } else { _mm256_loadu_ps(pa.add(i)) };
         let vb = if BS { sb } else { _mm256_loadu_ps(pb.add(i)) };
