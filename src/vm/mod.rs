@@ -818,7 +818,20 @@ impl Vm {
         let dst_dtype = dtype(dst);
         let src_dtypes: [Option<DType>; MAX_SOURCES] =
             std::array::from_fn(|i| srcs.get(i).copied().flatten().map(dtype));
+        let all_f32 = dst_dtype == DType::F32 && src_dtypes.iter().all(|d| d.is_none_or(|d| d == DType::F32));
         self.with_operands(p, f, dst, srcs, |out, views| {
+            // The common case: everything f32 and aligned (the arena, inputs, constants and the
+            // scratch buffer all are), so the bytes are viewed as f32 in place.
+            if all_f32 {
+                let direct: [Option<Option<&[f32]>>; MAX_SOURCES] = std::array::from_fn(|i| {
+                    views.get(i).map(|v| v.and_then(|b| bytemuck::try_cast_slice(b).ok()))
+                });
+                let aligned = views.iter().zip(&direct).all(|(v, d)| v.is_none() || d.flatten().is_some());
+                if let (true, Ok(out)) = (aligned, bytemuck::try_cast_slice_mut(out)) {
+                    let ins: [Option<&[f32]>; MAX_SOURCES] = std::array::from_fn(|i| direct[i].flatten());
+                    return body(out, &ins[..views.len()]);
+                }
+            }
             let widened: [Option<Cow<[f32]>>; MAX_SOURCES] =
                 std::array::from_fn(|i| Some(to_f32(views.get(i).copied().flatten()?, src_dtypes[i]?)));
             let ins: [Option<&[f32]>; MAX_SOURCES] = std::array::from_fn(|i| widened[i].as_deref());

@@ -14,10 +14,12 @@
 #[cfg(target_arch = "x86_64")]
 const FTZ_DAZ: u32 = (1 << 15) | (1 << 6);
 
-/// Sets FTZ and DAZ on this thread until dropped, then restores the previous state.
+/// Sets FTZ and DAZ on this thread until dropped, then restores the previous state. When the
+/// bits are already set (the VM sets them for a whole run) it writes nothing: LDMXCSR is slow,
+/// and kernels enter a guard on every call.
 pub struct FtzGuard {
     #[cfg(target_arch = "x86_64")]
-    saved: u32,
+    saved: Option<u32>,
 }
 
 impl FtzGuard {
@@ -26,9 +28,12 @@ impl FtzGuard {
     pub fn new() -> FtzGuard {
         #[cfg(target_arch = "x86_64")]
         {
-            let saved = read_mxcsr();
-            write_mxcsr(saved | FTZ_DAZ);
-            FtzGuard { saved }
+            let now = read_mxcsr();
+            if now & FTZ_DAZ == FTZ_DAZ {
+                return FtzGuard { saved: None };
+            }
+            write_mxcsr(now | FTZ_DAZ);
+            FtzGuard { saved: Some(now) }
         }
         #[cfg(not(target_arch = "x86_64"))]
         FtzGuard {}
@@ -38,7 +43,9 @@ impl FtzGuard {
 impl Drop for FtzGuard {
     fn drop(&mut self) {
         #[cfg(target_arch = "x86_64")]
-        write_mxcsr(self.saved);
+        if let Some(saved) = self.saved {
+            write_mxcsr(saved);
+        }
     }
 }
 
