@@ -199,8 +199,57 @@ pub fn cmd_info() -> Result<()> {
     println!("memory:  {} total, {} available", mem("MemTotal:"), mem("MemAvailable:"));
     println!("executors:");
     println!("  cpu     scalar reference; tiers: strict (bit-identical everywhere), fast");
-    println!("  vulkan  not built into this version: every program runs on the CPU");
+    print_vulkan_info();
     Ok(())
+}
+
+/// The Vulkan lines of `adeadvm info`: each device with its driver and limits, or why there is none.
+fn print_vulkan_info() {
+    match adeadvm::exec::vulkan::devices() {
+        Err(e) => println!("  vulkan  {e}; every program runs on the CPU"),
+        Ok(devs) => {
+            println!(
+                "  vulkan  {} device(s); kernels so far: elementwise unary/binary (strict tier)",
+                devs.len()
+            );
+            for d in devs {
+                let (ma, mi, pa) = d.api_version;
+                let driver = if d.driver_name.is_empty() {
+                    format!("driver version {:#x}", d.driver_version)
+                } else {
+                    format!("{} {} (driver version {:#x})", d.driver_name, d.driver_info, d.driver_version)
+                };
+                let flag = |v: Option<bool>| v.map_or("unknown", |b| if b { "yes" } else { "no" });
+                let [sx, sy, sz] = d.max_compute_workgroup_size;
+                let [cx, cy, cz] = d.max_compute_workgroup_count;
+                println!(
+                    "    [{}] {} ({}, {}), Vulkan {ma}.{mi}.{pa}",
+                    d.index,
+                    d.name,
+                    d.device_type,
+                    d.vendor()
+                );
+                println!("        driver: {driver}");
+                println!(
+                    "        compute: {} invocations/workgroup, size {sx}x{sy}x{sz}, count {cx}x{cy}x{cz}; \
+                     storage buffer range {} bytes; subgroup {}",
+                    d.max_compute_workgroup_invocations,
+                    d.max_storage_buffer_range,
+                    d.subgroup_size.map_or("unknown".into(), |s| s.to_string())
+                );
+                println!(
+                    "        fp32 denormals: preserve {}, flush-to-zero {}; strict tier: {}",
+                    flag(d.denorm_preserve_f32),
+                    flag(d.denorm_ftz_f32),
+                    if d.has_compute_queue {
+                        "yes (shaders flush denormals and avoid vendor rounding explicitly)"
+                    } else {
+                        "no (no compute queue)"
+                    }
+                );
+            }
+        }
+    }
 }
 
 /// Progress on stderr for runs longer than a second, when stderr is a terminal (or

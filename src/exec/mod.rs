@@ -1,3 +1,4 @@
 //! Executors: where tensor instructions run.
 
 pub mod cpu;
+pub mod vulkan;

@@ -1,0 +1,16 @@
+#version 450
+// out[i] = op(a[i], scalar) for a scalar immediate, strict tier.
+#extension GL_GOOGLE_include_directive : require
+#include "elementwise.glsl"
+
+layout(local_size_x = 256) in;
+layout(set = 0, binding = 0) readonly buffer A { float a[]; };
+layout(set = 0, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { uint n; uint op; float scalar; } p;
+
+void main() {
+    uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+    for (uint i = gl_GlobalInvocationID.x; i < p.n; i += stride) {
+        y[i] = ew_binary(p.op, a[i], p.scalar);
+    }
+}

@@ -1,0 +1,365 @@
+//! Loading Vulkan, describing devices, and the shared logical device.
+
+use std::ffi::CStr;
+use std::mem::ManuallyDrop;
+use std::sync::Mutex;
+
+use ash::vk;
+
+use super::error::{check, VulkanError};
+
+/// Environment variable naming the Vulkan loader library to open instead of the default.
+pub const LIBRARY_ENV: &str = "ADEADVM_VULKAN_LIBRARY";
+
+/// What `adeadvm info` shows about one physical device.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub index: usize,
+    pub name: String,
+    pub vendor_id: u32,
+    pub device_id: u32,
+    pub device_type: String,
+    /// The driver's name and info string (VkPhysicalDeviceDriverProperties), when the device has them.
+    pub driver_name: String,
+    pub driver_info: String,
+    /// Raw driverVersion (vendor-specific encoding).
+    pub driver_version: u32,
+    pub api_version: (u32, u32, u32),
+    pub max_compute_workgroup_invocations: u32,
+    pub max_compute_workgroup_size: [u32; 3],
+    pub max_compute_workgroup_count: [u32; 3],
+    pub max_storage_buffer_range: u32,
+    /// shaderDenormPreserveFloat32 / shaderDenormFlushToZeroFloat32; None when the device cannot report them.
+    pub denorm_preserve_f32: Option<bool>,
+    pub denorm_ftz_f32: Option<bool>,
+    /// Subgroup size; None when the device cannot report it (Vulkan 1.0).
+    pub subgroup_size: Option<u32>,
+    /// Whether a queue family supports compute.
+    pub has_compute_queue: bool,
+}
+
+impl DeviceInfo {
+    /// The vendor's name from its PCI id, where known.
+    pub fn vendor(&self) -> &'static str {
+        match self.vendor_id {
+            0x10de => "NVIDIA",
+            0x1002 => "AMD",
+            0x8086 => "Intel",
+            0x13b5 => "ARM",
+            0x5143 => "Qualcomm",
+            0x106b => "Apple",
+            0x10005 => "Mesa",
+            _ => "unknown vendor",
+        }
+    }
+}
+
+/// Opens the loader: `ADEADVM_VULKAN_LIBRARY` when set, otherwise the platform default
+/// (libvulkan.so.1 on Linux).
+pub(crate) fn load_entry() -> Result<ash::Entry, VulkanError> {
+    match std::env::var_os(LIBRARY_ENV) {
+        Some(path) => {
+            // SAFETY: loading a shared library runs its initializers; the path is the user's
+            // explicit choice of a Vulkan loader, and ash only resolves Vulkan entry points from it.
+            unsafe { ash::Entry::load_from(&path) }.map_err(|e| VulkanError::NoLoader {
+                library: path.to_string_lossy().into_owned(),
+                reason: e.to_string(),
+            })
+        }
+        None => {
+            // SAFETY: as above, for the system's Vulkan loader.
+            unsafe { ash::Entry::load() }.map_err(|e| VulkanError::NoLoader {
+                library: "libvulkan.so.1 (the Vulkan loader; install libvulkan1)".into(),
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+/// Creates an instance at the highest API version up to 1.3 the loader offers.
+pub(crate) fn create_instance(entry: &ash::Entry) -> Result<(ash::Instance, u32), VulkanError> {
+    // SAFETY: entry holds a loaded loader; the call takes no pointers from us.
+    let loader_version = unsafe { entry.try_enumerate_instance_version() }
+        .map_err(check("vkEnumerateInstanceVersion"))?
+        .unwrap_or(vk::API_VERSION_1_0);
+    let api = loader_version.min(vk::API_VERSION_1_3);
+    let app =
+        vk::ApplicationInfo::default().application_name(c"adeadvm").engine_name(c"adeadvm").api_version(api);
+    let info = vk::InstanceCreateInfo::default().application_info(&app);
+    // SAFETY: info and app live across the call; no layers or extensions are requested.
+    let instance = unsafe { entry.create_instance(&info, None) }.map_err(|e| match e {
+        vk::Result::ERROR_INCOMPATIBLE_DRIVER => {
+            VulkanError::NoDevice("the Vulkan loader found no compatible driver (no ICD installed)".into())
+        }
+        e => check("vkCreateInstance")(e),
+    })?;
+    Ok((instance, api))
+}
+
+fn cstr_field(raw: &[std::ffi::c_char]) -> String {
+    // SAFETY: Vulkan fills these fixed arrays with NUL-terminated strings; from_bytes_until_nul
+    // stops at the first NUL and fails (handled) when there is none.
+    let bytes = unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u8>(), raw.len()) };
+    CStr::from_bytes_until_nul(bytes).map_or_else(|_| String::new(), |c| c.to_string_lossy().into_owned())
+}
+
+/// Describes one physical device.
+pub(crate) fn describe(
+    instance: &ash::Instance,
+    instance_api: u32,
+    index: usize,
+    pd: vk::PhysicalDevice,
+) -> DeviceInfo {
+    // SAFETY: pd came from vkEnumeratePhysicalDevices on this instance.
+    let props = unsafe { instance.get_physical_device_properties(pd) };
+    // SAFETY: as above.
+    let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+    let has_compute_queue = families.iter().any(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE));
+    let dev_api = props.api_version;
+    let mut info = DeviceInfo {
+        index,
+        name: cstr_field(&props.device_name),
+        vendor_id: props.vendor_id,
+        device_id: props.device_id,
+        device_type: match props.device_type {
+            vk::PhysicalDeviceType::DISCRETE_GPU => "discrete GPU",
+            vk::PhysicalDeviceType::INTEGRATED_GPU => "integrated GPU",
+            vk::PhysicalDeviceType::VIRTUAL_GPU => "virtual GPU",
+            vk::PhysicalDeviceType::CPU => "CPU",
+            _ => "other",
+        }
+        .into(),
+        driver_name: String::new(),
+        driver_info: String::new(),
+        driver_version: props.driver_version,
+        api_version: (
+            vk::api_version_major(dev_api),
+            vk::api_version_minor(dev_api),
+            vk::api_version_patch(dev_api),
+        ),
+        max_compute_workgroup_invocations: props.limits.max_compute_work_group_invocations,
+        max_compute_workgroup_size: props.limits.max_compute_work_group_size,
+        max_compute_workgroup_count: props.limits.max_compute_work_group_count,
+        max_storage_buffer_range: props.limits.max_storage_buffer_range,
+        denorm_preserve_f32: None,
+        denorm_ftz_f32: None,
+        subgroup_size: None,
+        has_compute_queue,
+    };
+    // The 1.1/1.2 property structs need both the instance and the device at 1.2.
+    if instance_api >= vk::API_VERSION_1_2 && dev_api >= vk::API_VERSION_1_2 {
+        let mut fc = vk::PhysicalDeviceFloatControlsProperties::default();
+        let mut sg = vk::PhysicalDeviceSubgroupProperties::default();
+        let mut drv = vk::PhysicalDeviceDriverProperties::default();
+        let mut p2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut fc)
+            .push_next(&mut sg)
+            .push_next(&mut drv);
+        // SAFETY: every struct in the chain is a Vulkan 1.2 core struct, valid for a 1.2 device
+        // on a 1.2 instance, and lives across the call.
+        unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
+        info.denorm_preserve_f32 = Some(fc.shader_denorm_preserve_float32 == vk::TRUE);
+        info.denorm_ftz_f32 = Some(fc.shader_denorm_flush_to_zero_float32 == vk::TRUE);
+        info.subgroup_size = Some(sg.subgroup_size);
+        info.driver_name = cstr_field(&drv.driver_name);
+        info.driver_info = cstr_field(&drv.driver_info);
+    }
+    info
+}
+
+/// Lists the Vulkan devices, or says why there are none.
+pub fn devices() -> Result<Vec<DeviceInfo>, VulkanError> {
+    let entry = load_entry()?;
+    let (instance, api) = create_instance(&entry)?;
+    // SAFETY: instance is live until destroy_instance below.
+    let pds = unsafe { instance.enumerate_physical_devices() }.map_err(check("vkEnumeratePhysicalDevices"));
+    let out = pds.map(|pds| pds.iter().enumerate().map(|(i, &pd)| describe(&instance, api, i, pd)).collect());
+    // SAFETY: nothing created from the instance outlives this point.
+    unsafe { instance.destroy_instance(None) };
+    let out: Vec<DeviceInfo> = out?;
+    if out.is_empty() {
+        return Err(VulkanError::NoDevice("the Vulkan loader reports no devices".into()));
+    }
+    Ok(out)
+}
+
+/// The shared logical device: instance, physical device, compute queue, command pool, pipeline
+/// cache and memory allocator. Share it as `Arc<Device>`; drop destroys in reverse order of creation.
+pub struct Device {
+    pub(crate) instance: ash::Instance,
+    pub(crate) physical: vk::PhysicalDevice,
+    pub(crate) info: DeviceInfo,
+    pub(crate) queue_family: u32,
+    pub(crate) device: ash::Device,
+    /// The compute queue; vkQueueSubmit needs external synchronization.
+    pub(crate) queue: Mutex<vk::Queue>,
+    /// Command buffers are allocated from and freed to this pool under the lock.
+    pub(crate) command_pool: Mutex<vk::CommandPool>,
+    pub(crate) pipeline_cache: vk::PipelineCache,
+    pub(crate) allocator: ManuallyDrop<vk_mem::Allocator>,
+    /// Kept last: unloading the library must follow every Vulkan call.
+    _entry: ash::Entry,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("info", &self.info).field("queue_family", &self.queue_family).finish()
+    }
+}
+
+impl Device {
+    /// Opens the best device: `ADEADVM_VULKAN_DEVICE=<index>` when set, otherwise the first
+    /// discrete GPU, then integrated, virtual, CPU, among devices with a compute queue.
+    pub fn open() -> Result<Device, VulkanError> {
+        let entry = load_entry()?;
+        let (instance, api) = create_instance(&entry)?;
+        match Self::open_on(entry, &instance, api) {
+            Ok(d) => Ok(d),
+            Err(e) => {
+                // SAFETY: open_on destroyed everything it created from the instance before failing.
+                unsafe { instance.destroy_instance(None) };
+                Err(e)
+            }
+        }
+    }
+
+    fn open_on(entry: ash::Entry, instance: &ash::Instance, api: u32) -> Result<Device, VulkanError> {
+        // SAFETY: instance is live.
+        let pds =
+            unsafe { instance.enumerate_physical_devices() }.map_err(check("vkEnumeratePhysicalDevices"))?;
+        let infos: Vec<DeviceInfo> =
+            pds.iter().enumerate().map(|(i, &pd)| describe(instance, api, i, pd)).collect();
+        if infos.is_empty() {
+            return Err(VulkanError::NoDevice("the Vulkan loader reports no devices".into()));
+        }
+        let rank =
+            |t: &str| ["discrete GPU", "integrated GPU", "virtual GPU", "CPU"].iter().position(|&x| x == t);
+        let chosen = match std::env::var("ADEADVM_VULKAN_DEVICE") {
+            Ok(s) => {
+                let i: usize = s.trim().parse().map_err(|_| {
+                    VulkanError::NoDevice(format!("ADEADVM_VULKAN_DEVICE={s:?} is not a device index"))
+                })?;
+                infos.get(i).filter(|d| d.has_compute_queue).ok_or_else(|| {
+                    VulkanError::NoDevice(format!(
+                        "ADEADVM_VULKAN_DEVICE={i}: no such device with a compute queue ({} devices)",
+                        infos.len()
+                    ))
+                })?
+            }
+            Err(_) => infos
+                .iter()
+                .filter(|d| d.has_compute_queue)
+                .min_by_key(|d| rank(&d.device_type).unwrap_or(9))
+                .ok_or_else(|| VulkanError::NoDevice("no Vulkan device has a compute queue".into()))?,
+        };
+        let physical = pds[chosen.index];
+        // SAFETY: physical is a device of this instance.
+        let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
+        // Prefer a compute-only family (async compute), else any with compute.
+        let queue_family = families
+            .iter()
+            .position(|f| {
+                f.queue_flags.contains(vk::QueueFlags::COMPUTE)
+                    && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS)
+            })
+            .or_else(|| families.iter().position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE)))
+            .ok_or_else(|| VulkanError::NoDevice("the chosen device has no compute queue".into()))?
+            as u32;
+        let prio = [1.0f32];
+        let qinfo =
+            [vk::DeviceQueueCreateInfo::default().queue_family_index(queue_family).queue_priorities(&prio)];
+        let dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfo);
+        // SAFETY: physical belongs to instance; dinfo and its arrays outlive the call.
+        let device =
+            unsafe { instance.create_device(physical, &dinfo, None) }.map_err(check("vkCreateDevice"))?;
+        // From here on, failures must destroy `device` too.
+        let rest = (|| {
+            // SAFETY: queue_family was requested with one queue in dinfo.
+            let queue = unsafe { device.get_device_queue(queue_family, 0) };
+            let pinfo = vk::CommandPoolCreateInfo::default()
+                .queue_family_index(queue_family)
+                .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+            // SAFETY: device is live; pinfo is valid.
+            let command_pool =
+                unsafe { device.create_command_pool(&pinfo, None) }.map_err(check("vkCreateCommandPool"))?;
+            // SAFETY: device is live; an empty cache is valid.
+            let cache =
+                unsafe { device.create_pipeline_cache(&vk::PipelineCacheCreateInfo::default(), None) };
+            let pipeline_cache = match cache {
+                Ok(c) => c,
+                Err(e) => {
+                    // SAFETY: the pool was just created and holds no buffers.
+                    unsafe { device.destroy_command_pool(command_pool, None) };
+                    return Err(check("vkCreatePipelineCache")(e));
+                }
+            };
+            // vulkan_api_version stays 0 (1.0): VMA then needs only the 1.0 entry points that
+            // vk-mem routes from our ash tables.
+            let ainfo = vk_mem::AllocatorCreateInfo::new(instance, &device, physical);
+            // SAFETY: instance, device and physical outlive the allocator (it is destroyed first in Drop).
+            match unsafe { vk_mem::Allocator::new(ainfo) } {
+                Ok(a) => Ok((queue, command_pool, pipeline_cache, a)),
+                Err(e) => {
+                    // SAFETY: both were just created and are unused.
+                    unsafe {
+                        device.destroy_pipeline_cache(pipeline_cache, None);
+                        device.destroy_command_pool(command_pool, None);
+                    }
+                    Err(check("vmaCreateAllocator")(e))
+                }
+            }
+        })();
+        match rest {
+            Ok((queue, command_pool, pipeline_cache, allocator)) => Ok(Device {
+                instance: instance.clone(),
+                physical,
+                info: chosen.clone(),
+                queue_family,
+                device,
+                queue: Mutex::new(queue),
+                command_pool: Mutex::new(command_pool),
+                pipeline_cache,
+                allocator: ManuallyDrop::new(allocator),
+                _entry: entry,
+            }),
+            Err(e) => {
+                // SAFETY: nothing created from the device survives.
+                unsafe { device.destroy_device(None) };
+                Err(e)
+            }
+        }
+    }
+
+    /// The description of the open device.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The Vulkan physical device handle (for future capability queries).
+    pub fn physical_device(&self) -> vk::PhysicalDevice {
+        self.physical
+    }
+
+    /// The raw ash device, for code in this module.
+    pub(crate) fn raw(&self) -> &ash::Device {
+        &self.device
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // SAFETY: Device is dropped only when every Arc holder (buffers, pipelines, executors) is
+        // gone, so no object created from it is alive; we wait for the queue, then destroy in
+        // reverse order of creation: cache, pool, allocator, device, instance. The entry (library)
+        // is dropped after this body as the last field.
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            self.device.destroy_pipeline_cache(self.pipeline_cache, None);
+            let pool = *self.command_pool.get_mut().unwrap_or_else(|p| p.into_inner());
+            self.device.destroy_command_pool(pool, None);
+            ManuallyDrop::drop(&mut self.allocator);
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Compute pipelines built from SPIR-V, their layouts reflected from the module.
+
+use std::sync::Arc;
+
+use ash::vk;
+
+use super::device::Device;
+use super::error::VulkanError;
+use super::reflect::{reflect, Interface};
+
+/// A compute pipeline with its descriptor-set layout (set 0, storage buffers) and push-constant range.
+pub struct Kernel {
+    dev: Arc<Device>,
+    name: String,
+    interface: Interface,
+    pub(crate) set_layout: vk::DescriptorSetLayout,
+    pub(crate) layout: vk::PipelineLayout,
+    pub(crate) pipeline: vk::Pipeline,
+}
+
+/// SPIR-V bytes (little-endian) as words.
+pub fn spirv_words(bytes: &[u8]) -> Result<Vec<u32>, String> {
+    if bytes.len() % 4 != 0 || bytes.len() < 20 {
+        return Err(format!("{} bytes is not a SPIR-V module", bytes.len()));
+    }
+    let words: Vec<u32> =
+        bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    if words[0] != 0x0723_0203 {
+        return Err(format!("bad SPIR-V magic number {:#010x}", words[0]));
+    }
+    Ok(words)
+}
+
+impl Kernel {
+    /// Builds the pipeline for entry point `main` of `words`.
+    pub fn new(dev: &Arc<Device>, name: &str, words: &[u32]) -> Result<Kernel, VulkanError> {
+        let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.to_string(), reason };
+        let interface = reflect(words).map_err(fail)?;
+        let d = dev.raw();
+        let bindings: Vec<vk::DescriptorSetLayoutBinding> = interface
+            .bindings
+            .iter()
+            .map(|&b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let sinfo = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+        // SAFETY: d is live; sinfo borrows `bindings`, alive across the call.
+        let set_layout = unsafe { d.create_descriptor_set_layout(&sinfo, None) }
+            .map_err(|e| fail(format!("vkCreateDescriptorSetLayout: {e}")))?;
+        let ranges = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .offset(0)
+            .size(interface.push_bytes)];
+        let set_layouts = [set_layout];
+        let mut linfo = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts);
+        if interface.push_bytes > 0 {
+            linfo = linfo.push_constant_ranges(&ranges);
+        }
+        // SAFETY: as above.
+        let layout = match unsafe { d.create_pipeline_layout(&linfo, None) } {
+            Ok(l) => l,
+            Err(e) => {
+                // SAFETY: just created, unused.
+                unsafe { d.destroy_descriptor_set_layout(set_layout, None) };
+                return Err(fail(format!("vkCreatePipelineLayout: {e}")));
+            }
+        };
+        let minfo = vk::ShaderModuleCreateInfo::default().code(words);
+        // SAFETY: words is a SPIR-V module (magic checked by the reflection parse).
+        let module = match unsafe { d.create_shader_module(&minfo, None) } {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: just created, unused.
+                unsafe {
+                    d.destroy_pipeline_layout(layout, None);
+                    d.destroy_descriptor_set_layout(set_layout, None);
+                }
+                return Err(fail(format!("vkCreateShaderModule: {e}")));
+            }
+        };
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(c"main");
+        let cinfo = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)];
+        // SAFETY: module and layout are live; the pipeline cache is the device's.
+        let made = unsafe { d.create_compute_pipelines(dev.pipeline_cache, &cinfo, None) };
+        // SAFETY: the module is no longer needed once the pipeline exists (or failed).
+        unsafe { d.destroy_shader_module(module, None) };
+        let pipeline = match made {
+            Ok(p) => p[0],
+            Err((_, e)) => {
+                // SAFETY: just created, unused.
+                unsafe {
+                    d.destroy_pipeline_layout(layout, None);
+                    d.destroy_descriptor_set_layout(set_layout, None);
+                }
+                return Err(match e {
+                    vk::Result::ERROR_DEVICE_LOST => VulkanError::DeviceLost("vkCreateComputePipelines"),
+                    vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => {
+                        VulkanError::OutOfDeviceMemory("vkCreateComputePipelines")
+                    }
+                    e => fail(format!("vkCreateComputePipelines: {e}")),
+                });
+            }
+        };
+        Ok(Kernel { dev: dev.clone(), name: name.to_string(), interface, set_layout, layout, pipeline })
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The reflected interface.
+    pub fn interface(&self) -> &Interface {
+        &self.interface
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        let d = self.dev.raw();
+        // SAFETY: every submit using the pipeline waited on its fence, so nothing in flight uses
+        // these objects; destroyed in reverse order of creation.
+        unsafe {
+            d.destroy_pipeline(self.pipeline, None);
+            d.destroy_pipeline_layout(self.layout, None);
+            d.destroy_descriptor_set_layout(self.set_layout, None);
+        }
+    }
+}
