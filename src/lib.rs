@@ -21,3 +21,9 @@ pub mod rand;
 pub mod trace;
 pub mod verify;
 pub mod vm;
+
+pub mod api;
+pub mod ffi;
+
+pub use api::{Config, Error, Program, Session};
+pub use vm::HostTensor;
