@@ -180,8 +180,7 @@ impl Program {
     pub fn read_unverified(path: &Path, defines: &[(String, String)]) -> Result<format::Program> {
         if path.extension().is_some_and(|e| e == "s") {
             let display = path.display().to_string();
-            let text =
-                std::fs::read(path).map_err(|source| Error::Read { path: display.clone(), source })?;
+            let text = std::fs::read(path).map_err(|source| Error::Read { path: display.clone(), source })?;
             let text = String::from_utf8(text).map_err(|_| Error::NotUtf8 { path: display.clone() })?;
             let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
             let options = AsmOptions { defines: defines.to_vec(), base_dir };

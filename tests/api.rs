@@ -66,7 +66,8 @@ fn errors_keep_the_stage_messages() {
     assert_eq!(e.to_string(), "output `y` was not written (run the session first)");
     let e = s.output("z").unwrap_err();
     assert_eq!(e.to_string(), "the program has no output `z` (its outputs are: y)");
-    let e = s.set_input("x", TensorView { dtype: DType::F32, shape: &[2, 784], bytes: &[0; 12] }).unwrap_err();
+    let e =
+        s.set_input("x", TensorView { dtype: DType::F32, shape: &[2, 784], bytes: &[0; 12] }).unwrap_err();
     assert_eq!(e.to_string(), "tensor `x`: shape [2, 784] of f32 needs 6272 bytes, but 12 were given");
     assert!(matches!(s.run().unwrap_err(), Error::Vm(_)));
     let e = Program::from_bytes(b"nonsense".to_vec()).unwrap_err();
@@ -77,7 +78,10 @@ fn errors_keep_the_stage_messages() {
     assert!(e.to_string().contains("bad.s:2"), "{e}");
     let e = Program::load("/nonexistent/p.s").unwrap_err();
     assert!(e.to_string().starts_with("cannot read /nonexistent/p.s: "), "{e}");
-    assert_eq!(Backend::from_name("warp").unwrap_err().to_string(), "unknown backend `warp` (this version has: cpu, auto)");
+    assert_eq!(
+        Backend::from_name("warp").unwrap_err().to_string(),
+        "unknown backend `warp` (this version has: cpu, auto)"
+    );
     assert_eq!(adeadvm::api::parse_tier("loose").unwrap_err().to_string(), "unknown tier `loose`");
 }
 

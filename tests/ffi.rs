@@ -82,8 +82,14 @@ fn c_example_builds_links_and_runs() {
         let run = Command::new(&exe).current_dir(ROOT).args([program.as_str(), "784"]).output().unwrap();
         let stdout = String::from_utf8_lossy(&run.stdout);
         assert!(run.status.success(), "{program}: {stdout}\n{}", String::from_utf8_lossy(&run.stderr));
-        assert!(stdout.contains("unknown input: status 7: unknown input nope (the program's inputs: x)"), "{stdout}");
-        assert!(stdout.contains("wrong dtype: status 8: input x is declared f32 but was given i32 data"), "{stdout}");
+        assert!(
+            stdout.contains("unknown input: status 7: unknown input nope (the program's inputs: x)"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("wrong dtype: status 8: input x is declared f32 but was given i32 data"),
+            "{stdout}"
+        );
         assert!(stdout.contains("y: dtype 0 shape [2, 10] 80 bytes"), "{stdout}");
         let got: Vec<String> = stdout
             .lines()
@@ -170,12 +176,30 @@ fn null_pointers_are_refused() {
         let mut data: *const c_void = null();
         let mut dims = [0usize; 4];
         assert_eq!(
-            adeadvm_session_output(s, y.as_ptr().cast(), null_mut(), dims.as_mut_ptr(), 4, &mut rank, &mut data, &mut nb),
+            adeadvm_session_output(
+                s,
+                y.as_ptr().cast(),
+                null_mut(),
+                dims.as_mut_ptr(),
+                4,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
             AdeadvmStatus::NullPointer
         );
         assert_eq!(last_error(), "dtype is NULL");
         assert_eq!(
-            adeadvm_session_output(s, y.as_ptr().cast(), &mut dt, dims.as_mut_ptr(), 4, &mut rank, &mut data, &mut nb),
+            adeadvm_session_output(
+                s,
+                y.as_ptr().cast(),
+                &mut dt,
+                dims.as_mut_ptr(),
+                4,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
             AdeadvmStatus::NotWritten
         );
         adeadvm_session_free(s);
@@ -196,7 +220,15 @@ fn sizes_names_and_dtypes_are_checked() {
     // where the size is what is under test (and then it is checked before any read).
     unsafe {
         let set = |name: &[u8], dtype: u32, nbytes: usize| {
-            adeadvm_session_set_input(s, name.as_ptr().cast(), dtype, shape.as_ptr(), 2, x.as_ptr().cast(), nbytes)
+            adeadvm_session_set_input(
+                s,
+                name.as_ptr().cast(),
+                dtype,
+                shape.as_ptr(),
+                2,
+                x.as_ptr().cast(),
+                nbytes,
+            )
         };
         assert_eq!(set(&xn, 0, 12), AdeadvmStatus::InvalidArgument);
         assert_eq!(last_error(), "tensor `x`: shape [2, 784] of f32 needs 6272 bytes, but 12 were given");
@@ -207,7 +239,15 @@ fn sizes_names_and_dtypes_are_checked() {
         assert_eq!(set(&zn, 0, 6272), AdeadvmStatus::UnknownName);
         assert_eq!(last_error(), "unknown input nope (the program's inputs: x)");
         assert_eq!(
-            adeadvm_session_set_input(s, xn.as_ptr().cast(), 0, shape.as_ptr(), 1000, x.as_ptr().cast(), 6272),
+            adeadvm_session_set_input(
+                s,
+                xn.as_ptr().cast(),
+                0,
+                shape.as_ptr(),
+                1000,
+                x.as_ptr().cast(),
+                6272
+            ),
             AdeadvmStatus::InvalidArgument
         );
         let bad_utf8 = [0xffu8, 0];
@@ -220,17 +260,44 @@ fn sizes_names_and_dtypes_are_checked() {
         let mut data: *const c_void = null();
         let mut dims = [0usize; 4];
         assert_eq!(
-            adeadvm_session_output(s, yn.as_ptr().cast(), &mut dt, dims.as_mut_ptr(), 1, &mut rank, &mut data, &mut nb),
+            adeadvm_session_output(
+                s,
+                yn.as_ptr().cast(),
+                &mut dt,
+                dims.as_mut_ptr(),
+                1,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
             AdeadvmStatus::BufferTooSmall
         );
         assert_eq!(rank, 2);
         assert_eq!(
-            adeadvm_session_output(s, zn.as_ptr().cast(), &mut dt, dims.as_mut_ptr(), 4, &mut rank, &mut data, &mut nb),
+            adeadvm_session_output(
+                s,
+                zn.as_ptr().cast(),
+                &mut dt,
+                dims.as_mut_ptr(),
+                4,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
             AdeadvmStatus::UnknownName
         );
         assert_eq!(last_error(), "the program has no output `nope` (its outputs are: y)");
         assert_eq!(
-            adeadvm_session_output(s, yn.as_ptr().cast(), &mut dt, dims.as_mut_ptr(), 4, &mut rank, &mut data, &mut nb),
+            adeadvm_session_output(
+                s,
+                yn.as_ptr().cast(),
+                &mut dt,
+                dims.as_mut_ptr(),
+                4,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
             AdeadvmStatus::Ok
         );
         assert_eq!((dt, rank, &dims[..2], nb), (AdeadvmDtype::F32 as u32, 2, &[2usize, 10][..], 80));

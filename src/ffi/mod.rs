@@ -169,7 +169,9 @@ fn guard(f: impl FnOnce() -> Result<(), Failure>) -> AdeadvmStatus {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            set_last_error(&format!("internal error: {what}. Please report this with the input that caused it."));
+            set_last_error(&format!(
+                "internal error: {what}. Please report this with the input that caused it."
+            ));
             AdeadvmStatus::Internal
         }
     }
