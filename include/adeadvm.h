@@ -63,9 +63,6 @@ typedef struct AdeadvmProgram AdeadvmProgram;
 // A session: one program's inputs, outputs and memory (opaque).
 typedef struct AdeadvmSession AdeadvmSession;
 
-// Element types.
-typedef struct DType DType;
-
 // Session settings. Fill with [`adeadvm_config_default`], then change fields.
 typedef struct AdeadvmConfig {
   // "cpu" or "auto"; NULL means "auto".

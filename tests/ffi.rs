@@ -349,7 +349,7 @@ fn load_errors_have_statuses_and_messages() {
         assert!(last_error().contains("bad.s:2"), "{}", last_error());
         assert!(p.is_null());
         // The last error is per thread.
-        let other = std::thread::spawn(|| last_error()).join().unwrap();
+        let other = std::thread::spawn(last_error).join().unwrap();
         assert_eq!(other, "");
     }
 }
