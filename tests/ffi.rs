@@ -17,13 +17,18 @@ fn last_error() -> String {
     unsafe { CStr::from_ptr(adeadvm_last_error()) }.to_string_lossy().into_owned()
 }
 
-/// The folder holding this build's libadeadvm.so / .a: target/<profile>, the parent of the
-/// deps folder this test runs from. `cargo test` builds the cdylib with the rlib (one lib
-/// target, all its crate types); if it is missing, `cargo build --lib` makes it.
+/// The folder holding this build's libadeadvm.so: `cargo test` builds the cdylib with the rlib
+/// (one lib target, all its crate types) into the deps folder this test runs from, so that one
+/// is current. Failing that, target/<profile> (`cargo build --lib`), built here if missing.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let so = profile_dir.join(if cfg!(target_os = "macos") { "libadeadvm.dylib" } else { "libadeadvm.so" });
+    let so_name = if cfg!(target_os = "macos") { "libadeadvm.dylib" } else { "libadeadvm.so" };
+    let deps = exe.parent().unwrap().to_path_buf();
+    if deps.join(so_name).exists() {
+        return deps;
+    }
+    let profile_dir = deps.parent().unwrap().to_path_buf();
+    let so = profile_dir.join(so_name);
     if !so.exists() {
         let target_dir = profile_dir.parent().unwrap();
         let mut cmd = Command::new(env!("CARGO"));
