@@ -2,7 +2,7 @@
 //! checks (null pointers, bad sizes, unknown names, wrong dtypes) called directly.
 
 use std::ffi::{c_char, c_void, CStr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::ptr::{null, null_mut};
 
