@@ -65,17 +65,27 @@ fn c_example_builds_links_and_runs() {
     }
     let lib = lib_dir();
     let out = tempfile::tempdir().unwrap();
-    let exe = out.path().join("adeadvm_c_example");
-    let build = Command::new(&cc)
-        .current_dir(ROOT)
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "examples/c/main.c", "-I", "include", "-o"])
-        .arg(&exe)
-        .arg(format!("-L{}", lib.display()))
-        .arg("-ladeadvm")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .output()
-        .unwrap();
-    assert!(build.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&build.stderr));
+    // Linked against the cdylib (found at run time through an rpath) and against the staticlib.
+    let mut exes = Vec::new();
+    let staticlib = lib.join("libadeadvm.a");
+    assert!(staticlib.exists(), "{} was not built (crate-type staticlib)", staticlib.display());
+    for shared in [true, false] {
+        let exe = out.path().join(if shared { "c_example_shared" } else { "c_example_static" });
+        let mut cmd = Command::new(&cc);
+        cmd.current_dir(ROOT)
+            .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "examples/c/main.c", "-I", "include", "-o"])
+            .arg(&exe);
+        if shared {
+            cmd.arg(format!("-L{}", lib.display()))
+                .arg("-ladeadvm")
+                .arg(format!("-Wl,-rpath,{}", lib.display()));
+        } else {
+            cmd.arg(&staticlib).args(["-lpthread", "-ldl", "-lm"]);
+        }
+        let build = cmd.output().unwrap();
+        assert!(build.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&build.stderr));
+        exes.push(exe);
+    }
 
     for program in ["programs/mlp.s".to_string(), {
         // The same program as .bib bytes.
@@ -84,36 +94,38 @@ fn c_example_builds_links_and_runs() {
         std::fs::write(&bib, p.verified().program().to_bytes()).unwrap();
         bib.display().to_string()
     }] {
-        let run = Command::new(&exe).current_dir(ROOT).args([program.as_str(), "784"]).output().unwrap();
-        let stdout = String::from_utf8_lossy(&run.stdout);
-        assert!(run.status.success(), "{program}: {stdout}\n{}", String::from_utf8_lossy(&run.stderr));
-        assert!(
-            stdout.contains("unknown input: status 7: unknown input nope (the program's inputs: x)"),
-            "{stdout}"
-        );
-        assert!(
-            stdout.contains("wrong dtype: status 8: input x is declared f32 but was given i32 data"),
-            "{stdout}"
-        );
-        assert!(stdout.contains("y: dtype 0 shape [2, 10] 80 bytes"), "{stdout}");
-        let got: Vec<String> = stdout
-            .lines()
-            .filter(|l| l.starts_with("digest ") || l.starts_with("y["))
-            .map(|l| match l.split_once(" = ") {
-                // Compare the bits; the decimal text is for people.
-                Some((k, v)) => format!("{k} = {}", &v[v.find('(').unwrap()..]),
-                None => l.to_string(),
-            })
-            .collect();
-        // The digest covers the debug info, which names the source as the C program did.
-        let expected = if program.ends_with(".s") {
-            let source = std::fs::read_to_string(format!("{ROOT}/{program}")).unwrap();
-            Program::from_asm(&source, &program).unwrap()
-        } else {
-            Program::load(&program).unwrap()
-        };
-        assert_eq!(got, expected_lines(&expected), "{program}");
-        assert!(stdout.ends_with("ok\n"));
+        for exe in &exes {
+            let run = Command::new(exe).current_dir(ROOT).args([program.as_str(), "784"]).output().unwrap();
+            let stdout = String::from_utf8_lossy(&run.stdout);
+            assert!(run.status.success(), "{program}: {stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+            assert!(
+                stdout.contains("unknown input: status 7: unknown input nope (the program's inputs: x)"),
+                "{stdout}"
+            );
+            assert!(
+                stdout.contains("wrong dtype: status 8: input x is declared f32 but was given i32 data"),
+                "{stdout}"
+            );
+            assert!(stdout.contains("y: dtype 0 shape [2, 10] 80 bytes"), "{stdout}");
+            let got: Vec<String> = stdout
+                .lines()
+                .filter(|l| l.starts_with("digest ") || l.starts_with("y["))
+                .map(|l| match l.split_once(" = ") {
+                    // Compare the bits; the decimal text is for people.
+                    Some((k, v)) => format!("{k} = {}", &v[v.find('(').unwrap()..]),
+                    None => l.to_string(),
+                })
+                .collect();
+            // The digest covers the debug info, which names the source as the C program did.
+            let expected = if program.ends_with(".s") {
+                let source = std::fs::read_to_string(format!("{ROOT}/{program}")).unwrap();
+                Program::from_asm(&source, &program).unwrap()
+            } else {
+                Program::load(&program).unwrap()
+            };
+            assert_eq!(got, expected_lines(&expected), "{program}");
+            assert!(stdout.ends_with("ok\n"));
+        }
     }
 }
 
