@@ -9,6 +9,9 @@
 //! ```
 //!
 //! The instruction set is generated from `opcodes/isa.toml`; see docs/ISA.md.
+//!
+//! To embed the VM, use [`api`] ([`Program`], [`Session`], [`Config`], one [`Error`]); the C ABI
+//! over it is [`ffi`] (`include/adeadvm.h`), and `python/adeadvm` binds that from Python.
 
 pub mod asm;
 pub mod exec;

@@ -131,3 +131,27 @@ def test_sessions_on_threads_agree():
     assert not errors
     assert all(r == results[0] for r in results) and results[0] is not None
     assert vm.run(x=x)["y"].tobytes() == results[0]
+
+
+@pytest.mark.parametrize(
+    "dtype,np_dtype",
+    [("f32", np.float32), ("f16", np.float16), ("i32", np.int32), ("bf16", np.uint16)],
+)
+def test_dtypes_round_trip(tmp_path, dtype, np_dtype):
+    src = tmp_path / ("add_%s.s" % dtype)
+    src.write_text(
+        ".dim N\n.input %%x %s[N]\n.output y %s[N]\n"
+        "    ALLOC %%t: %s[N]\n    ADD %%t, %%x, %%x\n    STORE y, %%t\n    FREE %%t\n    HALT\n"
+        % (dtype, dtype, dtype)
+    )
+    vm = adeadvm.load(str(src))
+    if dtype == "bf16":
+        # bf16 travels as its 16 bits: 1.5 and -2.0 are 0x3fc0 and 0xc000.
+        x = np.array([0x3FC0, 0xC000], np.uint16)
+        want = np.array([0x4040, 0xC080], np.uint16)
+    else:
+        x = np.array([3, -2], np_dtype)
+        want = x + x
+    y = vm.run(x=x)["y"]
+    assert y.dtype == np.dtype(np_dtype).newbyteorder("<")
+    assert y.tobytes() == want.tobytes()
