@@ -28,7 +28,7 @@
 //! # Errors
 //!
 //! Every stage (assembler, format, verifier, VM, .npy) keeps its own error type; the API wraps
-//! them in one [`Error`] whose message is the stage's message, unchanged.
+//! them in one [`Error`](enum@Error) whose message is the stage's message, unchanged.
 
 use std::path::Path;
 use std::sync::Arc;
