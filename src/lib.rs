@@ -9,6 +9,9 @@
 //! ```
 //!
 //! The instruction set is generated from `opcodes/isa.toml`; see docs/ISA.md.
+//!
+//! To embed the VM, use [`api`] ([`Program`], [`Session`], [`Config`], one [`Error`]); the C ABI
+//! over it is [`ffi`] (`include/adeadvm.h`), and `python/adeadvm` binds that from Python.
 
 pub mod asm;
 pub mod exec;
@@ -21,3 +24,9 @@ pub mod rand;
 pub mod trace;
 pub mod verify;
 pub mod vm;
+
+pub mod api;
+pub mod ffi;
+
+pub use api::{Config, Error, Program, Session};
+pub use vm::HostTensor;

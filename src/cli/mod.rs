@@ -212,7 +212,11 @@ pub fn main() -> i32 {
 
 fn report(e: &anyhow::Error) {
     // Assembler diagnostics are already complete, multi-line, rustc-style text.
-    if let Some(asm) = e.downcast_ref::<asm::AsmErrors>() {
+    let asm = e.downcast_ref::<asm::AsmErrors>().or(match e.downcast_ref::<adeadvm::Error>() {
+        Some(adeadvm::Error::Asm(a)) => Some(a),
+        _ => None,
+    });
+    if let Some(asm) = asm {
         eprint!("{asm}");
         return;
     }
@@ -230,12 +234,7 @@ fn report(e: &anyhow::Error) {
 
 /// Reads a program: a .s file is assembled in memory, anything else is loaded as .bib.
 fn load_program(path: &Path, source: &SourceArgs) -> Result<Program> {
-    if path.extension().is_some_and(|e| e == "s") {
-        let program = assemble_file(path, source)?;
-        // Loading from bytes sets the digest: the program's identity is its encoded form.
-        return Ok(Program::from_bytes(program.to_bytes())?);
-    }
-    Ok(Program::load(path)?)
+    Ok(adeadvm::api::Program::read_unverified(path, &source.define)?)
 }
 
 fn assemble_file(path: &Path, source: &SourceArgs) -> Result<Program> {

@@ -3,31 +3,27 @@
 use std::io::IsTerminal;
 use std::ops::ControlFlow;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use adeadvm::api;
 use adeadvm::format::digest_hex;
-use adeadvm::isa::Tier;
 use adeadvm::profile::{Fanout, Profiler};
 use adeadvm::trace::{Recorder, Replayer, Trace, DEFAULT_VALUE_BUDGET};
-use adeadvm::verify::{self, VerifiedProgram};
-use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig, Wants};
+use adeadvm::vm::{HostTensor, Observer, StepEvent, Wants};
 
 use super::{load_program, ReplayArgs, RunArgs, SourceArgs};
 
 /// Loads, applies a tier override, and verifies.
-fn prepare(path: &Path, source: &SourceArgs, tier: Option<&str>) -> Result<Arc<VerifiedProgram>> {
-    let mut program = load_program(path, source)?;
-    if let Some(t) = tier {
-        program.tier = Tier::from_name(t).ok_or_else(|| anyhow!("unknown tier `{t}`"))?;
-    }
-    Ok(Arc::new(verify::verify(program)?))
+fn prepare(path: &Path, source: &SourceArgs, tier: Option<&str>) -> Result<api::Program> {
+    let tier = tier.map(api::parse_tier).transpose()?;
+    Ok(api::Program::verify_with(load_program(path, source)?, tier)?)
 }
 
 pub fn cmd_run(a: RunArgs) -> Result<()> {
-    let program = prepare(&a.program, &a.source, a.tier.as_deref())?;
+    let loaded = prepare(&a.program, &a.source, a.tier.as_deref())?;
+    let program = loaded.verified();
     let p = program.program();
     for (name, _) in &a.outputs {
         if !p.outputs.iter().any(|o| &o.name == name) {
@@ -38,15 +34,20 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
             );
         }
     }
-    let config =
-        VmConfig { max_memory: a.max_memory, max_steps: a.max_steps, threads: a.threads, simd: None };
-    let mut vm = Vm::new(program.clone(), config)?;
+    let config = api::Config {
+        backend: api::Backend::from_name(&a.backend)?,
+        tier: None,
+        threads: a.threads,
+        max_memory: a.max_memory,
+        max_steps: a.max_steps,
+    };
+    let mut vm = api::Session::new(&loaded, &config)?;
     let mut recorded_inputs = Vec::new();
     for (name, path) in &a.inputs {
         let declared =
             p.tensors.iter().find(|t| &t.name == name && t.kind == adeadvm::format::TensorKind::Input);
         let tensor = adeadvm::npy::read(path, declared.map(|d| d.dtype))?;
-        vm.set_input(name, tensor.clone()).with_context(|| format!("--input {name}={}", path.display()))?;
+        vm.set_input(name, &tensor).with_context(|| format!("--input {name}={}", path.display()))?;
         recorded_inputs.push((name.clone(), tensor));
     }
 
@@ -64,7 +65,7 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
     progress.clear();
 
     for (name, path) in &a.outputs {
-        let t = vm.output(name).ok_or_else(|| anyhow!("output `{name}` was not written"))?;
+        let t = vm.vm().output(name).ok_or_else(|| anyhow!("output `{name}` was not written"))?;
         adeadvm::npy::write(path, t)?;
     }
     for (name, t) in vm.outputs() {
@@ -114,7 +115,8 @@ fn summarize(name: &str, t: &HostTensor) -> String {
 }
 
 pub fn cmd_replay(a: ReplayArgs) -> Result<()> {
-    let program = prepare(&a.program, &a.source, a.tier.as_deref())?;
+    let loaded = prepare(&a.program, &a.source, a.tier.as_deref())?;
+    let program = loaded.verified();
     let p = program.program();
     let trace = Trace::load(&a.trace)?;
     if trace.program_digest != p.digest {
@@ -124,9 +126,14 @@ pub fn cmd_replay(a: ReplayArgs) -> Result<()> {
             &digest_hex(&p.digest)[..16]
         );
     }
-    let mut vm = Vm::new(program.clone(), VmConfig { threads: a.threads, ..VmConfig::default() })?;
+    let config = api::Config {
+        backend: api::Backend::from_name(&a.backend)?,
+        threads: a.threads,
+        ..api::Config::default()
+    };
+    let mut vm = api::Session::new(&loaded, &config)?;
     for (name, t) in &trace.inputs {
-        vm.set_input(name, t.clone()).with_context(|| format!("the recorded input `{name}`"))?;
+        vm.set_input(name, t).with_context(|| format!("the recorded input `{name}`"))?;
     }
     let mut progress = Progress::new(program.instructions().len());
     let mut replayer = Replayer::new(&trace);

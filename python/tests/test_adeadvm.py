@@ -1,0 +1,157 @@
+"""Tests of the Python binding: bit-identical to the CLI, errors carry the VM's message,
+sessions on threads agree. Needs the C library built (`cargo build --lib`) and the CLI binary
+(`cargo build`), or ADEADVM_LIB / ADEADVM_BIN pointing at them."""
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+import adeadvm  # noqa: E402
+
+MLP = REPO / "programs" / "mlp.s"
+X = REPO / "programs" / "data" / "mlp_x.npy"
+
+
+def cli_output(tmp_path, program, inputs, output):
+    """Runs `adeadvm run` and returns the named output as read back from .npy."""
+    out = tmp_path / (output + ".npy")
+    cmd = os.environ.get("ADEADVM_BIN")
+    cmd = [cmd] if cmd else ["cargo", "run", "-q", "--"]
+    args = ["run", str(program)]
+    for name, path in inputs.items():
+        args += ["--input", "%s=%s" % (name, path)]
+    args += ["--output", "%s=%s" % (output, out)]
+    subprocess.run(cmd + args, cwd=REPO, check=True)
+    return np.load(out)
+
+
+def test_mlp_matches_cli_bit_for_bit(tmp_path):
+    vm = adeadvm.load(str(MLP), backend="auto", tier="strict")
+    x = np.load(X)
+    outs = vm.run(x=x)
+    assert list(outs) == ["y"]
+    y = outs["y"]
+    assert y.dtype == np.float32 and y.shape == (x.shape[0], 10)
+    want = cli_output(tmp_path, MLP, {"x": X}, "y")
+    assert want.dtype == y.dtype and want.shape == y.shape
+    assert want.tobytes() == y.tobytes()
+    assert len(vm.digest) == 64 and int(vm.digest, 16) >= 0
+    # A second run with the same session gives the same bits.
+    assert vm.run(x=x)["y"].tobytes() == y.tobytes()
+
+
+def test_bib_loads_like_s(tmp_path):
+    bib = tmp_path / "mlp.bib"
+    cmd = os.environ.get("ADEADVM_BIN")
+    cmd = [cmd] if cmd else ["cargo", "run", "-q", "--"]
+    subprocess.run(cmd + ["asm", str(MLP), "-o", str(bib)], cwd=REPO, check=True)
+    a = adeadvm.load(str(MLP))
+    b = adeadvm.load(str(bib), backend="cpu")
+    assert a.digest == b.digest
+    x = np.load(X)
+    assert a.run(x=x)["y"].tobytes() == b.run(x=x)["y"].tobytes()
+
+
+def test_missing_input_raises():
+    vm = adeadvm.load(str(MLP))
+    with pytest.raises(adeadvm.Error) as e:
+        vm.run()
+    assert "x" in str(e.value)
+    assert e.value.status not in (None, 0)
+
+
+def test_unknown_input_raises():
+    vm = adeadvm.load(str(MLP))
+    with pytest.raises(adeadvm.Error, match="nope"):
+        vm.run(nope=np.zeros((1, 784), np.float32))
+
+
+def test_wrong_dtype_raises():
+    vm = adeadvm.load(str(MLP))
+    with pytest.raises(adeadvm.Error) as e:
+        vm.run(x=np.zeros((1, 784), np.int32))
+    assert str(e.value) == "input x is declared f32 but was given i32 data"
+
+
+def test_unsupported_numpy_dtype_raises():
+    vm = adeadvm.load(str(MLP))
+    with pytest.raises(adeadvm.Error, match="float64"):
+        vm.run(x=np.zeros((1, 784), np.float64))
+
+
+def test_bad_file_raises(tmp_path):
+    with pytest.raises(adeadvm.Error, match="cannot read"):
+        adeadvm.load(str(tmp_path / "missing.bib"))
+    junk = tmp_path / "junk.bib"
+    junk.write_bytes(b"this is not a program at all, not even close" * 4)
+    with pytest.raises(adeadvm.Error, match="not an adeadvm program"):
+        adeadvm.load(str(junk))
+
+
+def test_assembly_error_raises(tmp_path):
+    bad = tmp_path / "bad.s"
+    bad.write_text(".input %x f32[2]\n    FROB %x\n")
+    with pytest.raises(adeadvm.Error) as e:
+        adeadvm.load(str(bad))
+    assert "bad.s:2" in str(e.value)
+
+
+def test_bad_backend_and_tier():
+    with pytest.raises(adeadvm.Error, match="unknown backend `warp`"):
+        adeadvm.load(str(MLP), backend="warp")
+    with pytest.raises(adeadvm.Error, match="unknown tier"):
+        adeadvm.load(str(MLP), tier="loose")
+
+
+def test_sessions_on_threads_agree():
+    vm = adeadvm.load(str(MLP))
+    x = np.load(X)
+    results = [None] * 4
+    errors = []
+
+    def work(i):
+        try:
+            results[i] = vm.clone().run(x=x)["y"].tobytes()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(r == results[0] for r in results) and results[0] is not None
+    assert vm.run(x=x)["y"].tobytes() == results[0]
+
+
+@pytest.mark.parametrize(
+    "dtype,np_dtype",
+    [("f32", np.float32), ("f16", np.float16), ("i32", np.int32), ("bf16", np.uint16)],
+)
+def test_dtypes_round_trip(tmp_path, dtype, np_dtype):
+    src = tmp_path / ("add_%s.s" % dtype)
+    src.write_text(
+        ".dim N\n.input %%x %s[N]\n.output y %s[N]\n"
+        "    ALLOC %%t: %s[N]\n    ADD %%t, %%x, %%x\n    STORE y, %%t\n    FREE %%t\n    HALT\n"
+        % (dtype, dtype, dtype)
+    )
+    vm = adeadvm.load(str(src))
+    if dtype == "bf16":
+        # bf16 travels as its 16 bits: 1.5 and -2.0 are 0x3fc0 and 0xc000.
+        x = np.array([0x3FC0, 0xC000], np.uint16)
+        want = np.array([0x4040, 0xC080], np.uint16)
+    else:
+        x = np.array([3, -2], np_dtype)
+        want = x + x
+    y = vm.run(x=x)["y"]
+    assert y.dtype == np.dtype(np_dtype).newbyteorder("<")
+    assert y.tobytes() == want.tobytes()

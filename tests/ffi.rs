@@ -1,0 +1,372 @@
+//! The C ABI: the C example built with the system compiler and run, and every entry point's
+//! checks (null pointers, bad sizes, unknown names, wrong dtypes) called directly.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::path::PathBuf;
+use std::process::Command;
+use std::ptr::{null, null_mut};
+
+use adeadvm::api::{Config, Program, Session};
+use adeadvm::ffi::*;
+use adeadvm::HostTensor;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn last_error() -> String {
+    // SAFETY: adeadvm_last_error never returns NULL; the string lives until the next failure.
+    unsafe { CStr::from_ptr(adeadvm_last_error()) }.to_string_lossy().into_owned()
+}
+
+/// The folder holding this build's libadeadvm.so: `cargo test` builds the cdylib with the rlib
+/// (one lib target, all its crate types) into the deps folder this test runs from, so that one
+/// is current. Failing that, target/<profile> (`cargo build --lib`), built here if missing.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let so_name = if cfg!(target_os = "macos") { "libadeadvm.dylib" } else { "libadeadvm.so" };
+    let deps = exe.parent().unwrap().to_path_buf();
+    if deps.join(so_name).exists() {
+        return deps;
+    }
+    let profile_dir = deps.parent().unwrap().to_path_buf();
+    let so = profile_dir.join(so_name);
+    if !so.exists() {
+        let target_dir = profile_dir.parent().unwrap();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--lib"]).env("CARGO_TARGET_DIR", target_dir).current_dir(ROOT);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cannot run cargo build --lib");
+        assert!(status.success(), "cargo build --lib failed");
+    }
+    assert!(so.exists(), "{} was not built", so.display());
+    profile_dir
+}
+
+/// What the C example prints for y, computed through the Rust API on the same input.
+fn expected_lines(program: &Program) -> Vec<String> {
+    let mut s = Session::new(program, &Config::default()).unwrap();
+    let x: Vec<f32> = (0..2 * 784).map(|i| ((i * 37) % 101) as f32 / 101.0 - 0.5).collect();
+    s.set_input("x", HostTensor::from_f32(vec![2, 784], &x).unwrap()).unwrap();
+    s.run().unwrap();
+    let y = s.output("y").unwrap().to_f32().unwrap();
+    let mut lines = vec![format!("digest {}", program.digest_hex())];
+    lines.extend(y.iter().enumerate().map(|(i, v)| format!("y[{i}] = (0x{:08x})", v.to_bits())));
+    lines
+}
+
+#[test]
+fn c_example_builds_links_and_runs() {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    if Command::new(&cc).arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "no C compiler `{cc}` in CI");
+        eprintln!("skipped: no C compiler `{cc}`");
+        return;
+    }
+    let lib = lib_dir();
+    let out = tempfile::tempdir().unwrap();
+    // Linked against the cdylib (found at run time through an rpath) and against the staticlib.
+    let mut exes = Vec::new();
+    let staticlib = lib.join("libadeadvm.a");
+    assert!(staticlib.exists(), "{} was not built (crate-type staticlib)", staticlib.display());
+    for shared in [true, false] {
+        let exe = out.path().join(if shared { "c_example_shared" } else { "c_example_static" });
+        let mut cmd = Command::new(&cc);
+        cmd.current_dir(ROOT)
+            .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "examples/c/main.c", "-I", "include", "-o"])
+            .arg(&exe);
+        if shared {
+            cmd.arg(format!("-L{}", lib.display()))
+                .arg("-ladeadvm")
+                .arg(format!("-Wl,-rpath,{}", lib.display()));
+        } else {
+            cmd.arg(&staticlib).args(["-lpthread", "-ldl", "-lm"]);
+        }
+        let build = cmd.output().unwrap();
+        assert!(build.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&build.stderr));
+        exes.push(exe);
+    }
+
+    for program in ["programs/mlp.s".to_string(), {
+        // The same program as .bib bytes.
+        let bib = out.path().join("mlp.bib");
+        let p = Program::load(format!("{ROOT}/programs/mlp.s")).unwrap();
+        std::fs::write(&bib, p.verified().program().to_bytes()).unwrap();
+        bib.display().to_string()
+    }] {
+        for exe in &exes {
+            let run = Command::new(exe).current_dir(ROOT).args([program.as_str(), "784"]).output().unwrap();
+            let stdout = String::from_utf8_lossy(&run.stdout);
+            assert!(run.status.success(), "{program}: {stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+            assert!(
+                stdout.contains("unknown input: status 7: unknown input nope (the program's inputs: x)"),
+                "{stdout}"
+            );
+            assert!(
+                stdout.contains("wrong dtype: status 8: input x is declared f32 but was given i32 data"),
+                "{stdout}"
+            );
+            assert!(stdout.contains("y: dtype 0 shape [2, 10] 80 bytes"), "{stdout}");
+            let got: Vec<String> = stdout
+                .lines()
+                .filter(|l| l.starts_with("digest ") || l.starts_with("y["))
+                .map(|l| match l.split_once(" = ") {
+                    // Compare the bits; the decimal text is for people.
+                    Some((k, v)) => format!("{k} = {}", &v[v.find('(').unwrap()..]),
+                    None => l.to_string(),
+                })
+                .collect();
+            // The digest covers the debug info, which names the source as the C program did.
+            let expected = if program.ends_with(".s") {
+                let source = std::fs::read_to_string(format!("{ROOT}/{program}")).unwrap();
+                Program::from_asm(&source, &program).unwrap()
+            } else {
+                Program::load(&program).unwrap()
+            };
+            assert_eq!(got, expected_lines(&expected), "{program}");
+            assert!(stdout.ends_with("ok\n"));
+        }
+    }
+}
+
+fn load_mlp() -> *mut AdeadvmProgram {
+    let path = format!("{ROOT}/programs/mlp.s\0");
+    let mut p = null_mut();
+    // SAFETY: a NUL-terminated path and a writable out-pointer.
+    let st = unsafe { adeadvm_program_load(path.as_ptr().cast(), &mut p) };
+    assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
+    p
+}
+
+fn new_session(p: *const AdeadvmProgram) -> *mut AdeadvmSession {
+    let mut s = null_mut();
+    // SAFETY: a live program, default config, writable out-pointer.
+    assert_eq!(unsafe { adeadvm_session_new(p, null(), &mut s) }, AdeadvmStatus::Ok, "{}", last_error());
+    s
+}
+
+fn c(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+#[test]
+fn null_pointers_are_refused() {
+    let mut p = null_mut();
+    // SAFETY (all calls in this test): every non-null pointer is valid; the nulls are the test.
+    unsafe {
+        assert_eq!(adeadvm_program_load(null(), &mut p), AdeadvmStatus::NullPointer);
+        assert_eq!(last_error(), "path is NULL");
+        assert_eq!(adeadvm_program_load(c("x.bib").as_ptr().cast(), null_mut()), AdeadvmStatus::NullPointer);
+        assert_eq!(last_error(), "out is NULL");
+        assert_eq!(adeadvm_program_from_bytes(null(), 4, &mut p), AdeadvmStatus::NullPointer);
+        assert_eq!(adeadvm_program_from_asm(null(), null(), &mut p), AdeadvmStatus::NullPointer);
+        assert_eq!(adeadvm_program_digest(null(), null_mut(), 32), AdeadvmStatus::NullPointer);
+        assert_eq!(last_error(), "program is NULL");
+        assert_eq!(adeadvm_config_default(null_mut()), AdeadvmStatus::NullPointer);
+        assert_eq!(adeadvm_session_new(null(), null(), null_mut()), AdeadvmStatus::NullPointer);
+        assert_eq!(adeadvm_session_run(null_mut()), AdeadvmStatus::NullPointer);
+        assert_eq!(last_error(), "session is NULL");
+        let name = c("x");
+        assert_eq!(
+            adeadvm_session_set_input(null_mut(), name.as_ptr().cast(), 0, null(), 0, null(), 0),
+            AdeadvmStatus::NullPointer
+        );
+        let prog = load_mlp();
+        let s = new_session(prog);
+        assert_eq!(adeadvm_session_set_input(s, null(), 0, null(), 0, null(), 0), AdeadvmStatus::NullPointer);
+        assert_eq!(last_error(), "name is NULL");
+        assert_eq!(
+            adeadvm_session_set_input(s, name.as_ptr().cast(), 0, null(), 2, null(), 0),
+            AdeadvmStatus::NullPointer
+        );
+        assert_eq!(last_error(), "shape is NULL");
+        let shape = [1usize, 784];
+        assert_eq!(
+            adeadvm_session_set_input(s, name.as_ptr().cast(), 0, shape.as_ptr(), 2, null(), 3136),
+            AdeadvmStatus::NullPointer
+        );
+        assert_eq!(last_error(), "data is NULL");
+        let y = c("y");
+        let (mut dt, mut rank, mut nb) = (0u32, 0usize, 0usize);
+        let mut data: *const c_void = null();
+        let mut dims = [0usize; 4];
+        assert_eq!(
+            adeadvm_session_output(
+                s,
+                y.as_ptr().cast(),
+                null_mut(),
+                dims.as_mut_ptr(),
+                4,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
+            AdeadvmStatus::NullPointer
+        );
+        assert_eq!(last_error(), "dtype is NULL");
+        assert_eq!(
+            adeadvm_session_output(
+                s,
+                y.as_ptr().cast(),
+                &mut dt,
+                dims.as_mut_ptr(),
+                4,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
+            AdeadvmStatus::NotWritten
+        );
+        adeadvm_session_free(s);
+        adeadvm_program_free(prog);
+        adeadvm_session_free(null_mut());
+        adeadvm_program_free(null_mut());
+    }
+}
+
+#[test]
+fn sizes_names_and_dtypes_are_checked() {
+    let prog = load_mlp();
+    let s = new_session(prog);
+    let x = vec![0.25f32; 2 * 784];
+    let shape = [2usize, 784];
+    let (xn, yn, zn) = (c("x"), c("y"), c("nope"));
+    // SAFETY (all calls in this test): every pointer is valid for the sizes given, except
+    // where the size is what is under test (and then it is checked before any read).
+    unsafe {
+        let set = |name: &[u8], dtype: u32, nbytes: usize| {
+            adeadvm_session_set_input(
+                s,
+                name.as_ptr().cast(),
+                dtype,
+                shape.as_ptr(),
+                2,
+                x.as_ptr().cast(),
+                nbytes,
+            )
+        };
+        assert_eq!(set(&xn, 0, 12), AdeadvmStatus::InvalidArgument);
+        assert_eq!(last_error(), "tensor `x`: shape [2, 784] of f32 needs 6272 bytes, but 12 were given");
+        assert_eq!(set(&xn, 9, 6272), AdeadvmStatus::InvalidArgument);
+        assert!(last_error().starts_with("dtype 9 is not one of"), "{}", last_error());
+        assert_eq!(set(&xn, AdeadvmDtype::I32 as u32, 6272), AdeadvmStatus::DtypeMismatch);
+        assert_eq!(last_error(), "input x is declared f32 but was given i32 data");
+        assert_eq!(set(&zn, 0, 6272), AdeadvmStatus::UnknownName);
+        assert_eq!(last_error(), "unknown input nope (the program's inputs: x)");
+        assert_eq!(
+            adeadvm_session_set_input(
+                s,
+                xn.as_ptr().cast(),
+                0,
+                shape.as_ptr(),
+                1000,
+                x.as_ptr().cast(),
+                6272
+            ),
+            AdeadvmStatus::InvalidArgument
+        );
+        let bad_utf8 = [0xffu8, 0];
+        assert_eq!(set(&bad_utf8, 0, 6272), AdeadvmStatus::InvalidArgument);
+        assert_eq!(last_error(), "name is not UTF-8");
+
+        assert_eq!(set(&xn, 0, 6272), AdeadvmStatus::Ok);
+        assert_eq!(adeadvm_session_run(s), AdeadvmStatus::Ok);
+        let (mut dt, mut rank, mut nb) = (0u32, 0usize, 0usize);
+        let mut data: *const c_void = null();
+        let mut dims = [0usize; 4];
+        assert_eq!(
+            adeadvm_session_output(
+                s,
+                yn.as_ptr().cast(),
+                &mut dt,
+                dims.as_mut_ptr(),
+                1,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
+            AdeadvmStatus::BufferTooSmall
+        );
+        assert_eq!(rank, 2);
+        assert_eq!(
+            adeadvm_session_output(
+                s,
+                zn.as_ptr().cast(),
+                &mut dt,
+                dims.as_mut_ptr(),
+                4,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
+            AdeadvmStatus::UnknownName
+        );
+        assert_eq!(last_error(), "the program has no output `nope` (its outputs are: y)");
+        assert_eq!(
+            adeadvm_session_output(
+                s,
+                yn.as_ptr().cast(),
+                &mut dt,
+                dims.as_mut_ptr(),
+                4,
+                &mut rank,
+                &mut data,
+                &mut nb
+            ),
+            AdeadvmStatus::Ok
+        );
+        assert_eq!((dt, rank, &dims[..2], nb), (AdeadvmDtype::F32 as u32, 2, &[2usize, 10][..], 80));
+
+        let mut digest = [0u8; 32];
+        assert_eq!(adeadvm_program_digest(prog, digest.as_mut_ptr(), 31), AdeadvmStatus::BufferTooSmall);
+        assert_eq!(adeadvm_program_digest(prog, digest.as_mut_ptr(), 32), AdeadvmStatus::Ok);
+        let mut n = 0usize;
+        assert_eq!(adeadvm_program_tensor_count(prog, 1, &mut n), AdeadvmStatus::Ok);
+        assert_eq!(n, 1);
+        let mut name: *const c_char = null();
+        assert_eq!(adeadvm_program_tensor_name(prog, 0, 0, &mut name), AdeadvmStatus::Ok);
+        assert_eq!(CStr::from_ptr(name).to_str().unwrap(), "x");
+        assert_eq!(adeadvm_program_tensor_name(prog, 0, 5, &mut name), AdeadvmStatus::InvalidArgument);
+        assert_eq!(adeadvm_program_tensor_count(prog, 7, &mut n), AdeadvmStatus::InvalidArgument);
+
+        let mut cfg = std::mem::zeroed::<AdeadvmConfig>();
+        assert_eq!(adeadvm_config_default(&mut cfg), AdeadvmStatus::Ok);
+        cfg.tier = 7;
+        let mut s2 = null_mut();
+        assert_eq!(adeadvm_session_new(prog, &cfg, &mut s2), AdeadvmStatus::InvalidArgument);
+        cfg.tier = AdeadvmTier::Program as u32;
+        let warp = c("warp");
+        cfg.backend = warp.as_ptr().cast();
+        assert_eq!(adeadvm_session_new(prog, &cfg, &mut s2), AdeadvmStatus::InvalidArgument);
+        assert_eq!(last_error(), "unknown backend `warp` (this version has: cpu, auto)");
+        assert!(s2.is_null());
+
+        adeadvm_session_free(s);
+        adeadvm_program_free(prog);
+    }
+}
+
+#[test]
+fn load_errors_have_statuses_and_messages() {
+    let mut p = null_mut();
+    // SAFETY (all calls in this test): valid strings, buffers and out-pointers.
+    unsafe {
+        assert_eq!(adeadvm_program_load(c("/nonexistent/m.bib").as_ptr().cast(), &mut p), AdeadvmStatus::Io);
+        assert!(last_error().starts_with("cannot read /nonexistent/m.bib: "), "{}", last_error());
+        let junk = b"definitely not a program";
+        assert_eq!(adeadvm_program_from_bytes(junk.as_ptr(), junk.len(), &mut p), AdeadvmStatus::Format);
+        assert!(last_error().starts_with("not an adeadvm program"), "{}", last_error());
+        let src = c(".input %x f32[2]\n    FROB %x\n");
+        assert_eq!(
+            adeadvm_program_from_asm(src.as_ptr().cast(), c("bad.s").as_ptr().cast(), &mut p),
+            AdeadvmStatus::Assembly
+        );
+        assert!(last_error().contains("bad.s:2"), "{}", last_error());
+        assert!(p.is_null());
+        // The last error is per thread.
+        let other = std::thread::spawn(last_error).join().unwrap();
+        assert_eq!(other, "");
+    }
+}
