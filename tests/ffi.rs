@@ -80,7 +80,9 @@ fn c_example_builds_links_and_runs() {
                 .arg("-ladeadvm")
                 .arg(format!("-Wl,-rpath,{}", lib.display()));
         } else {
-            cmd.arg(&staticlib).args(["-lpthread", "-ldl", "-lm"]);
+            // vk-mem vendors the C++ VulkanMemoryAllocator, so a static link needs libstdc++
+            // (`cargo rustc --crate-type staticlib -- --print native-static-libs` lists the rest).
+            cmd.arg(&staticlib).args(["-lstdc++", "-lpthread", "-ldl", "-lm"]);
         }
         let build = cmd.output().unwrap();
         assert!(build.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&build.stderr));

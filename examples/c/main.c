@@ -4,6 +4,8 @@
  *   cargo build --lib
  *   cc examples/c/main.c -I include -L target/debug -ladeadvm -Wl,-rpath,target/debug -o mlp
  *   ./mlp programs/mlp.s 784
+ *
+ * Static: cc examples/c/main.c -I include target/debug/libadeadvm.a -lstdc++ -lpthread -ldl -lm
  */
 #include <stdio.h>
 #include <stdlib.h>
