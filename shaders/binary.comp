@@ -4,9 +4,9 @@
 #include "elementwise.glsl"
 
 layout(local_size_x = 256) in;
-layout(set = 0, binding = 0) readonly buffer A { float a[]; };
-layout(set = 0, binding = 1) readonly buffer B { float b[]; };
-layout(set = 0, binding = 2) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 1) readonly buffer A { float a[]; };
+layout(set = 0, binding = 2) readonly buffer B { float b[]; };
 layout(push_constant) uniform P { uint n; uint op; float scalar; } p;
 
 void main() {

@@ -4,8 +4,8 @@
 #include "elementwise.glsl"
 
 layout(local_size_x = 256) in;
-layout(set = 0, binding = 0) readonly buffer X { float x[]; };
-layout(set = 0, binding = 1) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(push_constant) uniform P { uint n; uint op; float scalar; } p;
 
 void main() {

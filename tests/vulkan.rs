@@ -354,19 +354,8 @@ fn info_lists_devices_or_says_why_not() {
 }
 
 #[test]
-fn buffer_placement() {
+fn zero_sized_buffers_are_refused() {
     let Some(ex) = exec() else { return };
-    let b = vulkan::Buffer::new(ex.device(), 4096).unwrap();
-    let info = ex.device().info();
-    println!(
-        "{} ({}): storage buffers staged through host memory: {}",
-        info.name,
-        info.device_type,
-        b.is_staged()
-    );
-    if info.device_type == "CPU" {
-        assert!(!b.is_staged(), "a CPU device's memory is host-visible; no staging expected");
-    }
     assert_eq!(
         vulkan::Buffer::new(ex.device(), 0).err().map(|e| e.to_string()).as_deref(),
         Some("invalid Vulkan dispatch: a buffer of zero bytes")

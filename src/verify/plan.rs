@@ -12,8 +12,11 @@ use super::VerifiedProgram;
 use crate::format::{Program, TensorKind};
 use crate::isa::{DType, Dim, MAX_DIM};
 
-/// Alignment of every temporary in the arena (a cache line; enough for any SIMD load).
-pub const ARENA_ALIGN: u64 = 64;
+/// Alignment of every temporary in the arena: enough for any SIMD load, and the largest
+/// minStorageBufferOffsetAlignment Vulkan allows, so the device arena (laid out by the same plan)
+/// can bind each tensor at its own offset. The gap it leaves after a tensor also holds the
+/// rounding of a 2-byte tensor's binding up to whole words.
+pub const ARENA_ALIGN: u64 = 256;
 
 /// Where every tensor lives, for one binding of the symbolic dimensions.
 #[derive(Clone, Debug, PartialEq, Eq)]

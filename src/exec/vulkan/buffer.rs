@@ -42,19 +42,18 @@ impl Raw {
     }
 }
 
-/// A storage buffer of `size` bytes.
+/// A storage buffer of `size` bytes in device memory (device-local where the device has it).
+/// Data moves in and out through a [`super::Recorder`]'s staging memory.
 pub struct Buffer {
     dev: Arc<Device>,
     size: u64,
     main: Raw,
-    /// Present when `main` is not host-visible.
-    staging: Option<Raw>,
 }
 
-// SAFETY: the raw mapped pointers are only dereferenced through &mut self or while the caller
-// holds the buffer exclusively; VMA allocations may be used from any thread.
+// SAFETY: a Buffer holds only handles (its memory is never mapped); VMA allocations may be
+// used from any thread.
 unsafe impl Send for Buffer {}
-// SAFETY: shared access only reads handles; writes through `mapped` need &mut self.
+// SAFETY: shared access only reads handles.
 unsafe impl Sync for Buffer {}
 
 impl Buffer {
@@ -66,29 +65,9 @@ impl Buffer {
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;
-        let flags = vk_mem::AllocationCreateFlags::HOST_ACCESS_RANDOM
-            | vk_mem::AllocationCreateFlags::HOST_ACCESS_ALLOW_TRANSFER_INSTEAD
-            | vk_mem::AllocationCreateFlags::MAPPED;
-        let mut main = Raw::new(dev, size, usage, vk_mem::MemoryUsage::AutoPreferDevice, flags)?;
-        let staging = if main.mapped.is_null() {
-            let s = Raw::new(
-                dev,
-                size,
-                vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
-                vk_mem::MemoryUsage::AutoPreferHost,
-                vk_mem::AllocationCreateFlags::HOST_ACCESS_RANDOM | vk_mem::AllocationCreateFlags::MAPPED,
-            );
-            match s {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    main.destroy(dev);
-                    return Err(e);
-                }
-            }
-        } else {
-            None
-        };
-        Ok(Buffer { dev: dev.clone(), size, main, staging })
+        let main =
+            Raw::new(dev, size, usage, vk_mem::MemoryUsage::AutoPreferDevice, vk_mem::AllocationCreateFlags::empty())?;
+        Ok(Buffer { dev: dev.clone(), size, main })
     }
 
     /// Size in bytes.
@@ -96,78 +75,130 @@ impl Buffer {
         self.size
     }
 
-    /// Whether uploads and downloads go through a staging buffer (device-local memory).
-    pub fn is_staged(&self) -> bool {
-        self.staging.is_some()
-    }
-
     pub(crate) fn handle(&self) -> vk::Buffer {
         self.main.buffer
     }
 
-    fn host(&self) -> &Raw {
-        self.staging.as_ref().unwrap_or(&self.main)
-    }
-
-    /// Writes `bytes` at the start of the host-visible side. A staged buffer also needs
-    /// `record_upload` in the command buffer that uses it.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), VulkanError> {
-        if bytes.len() as u64 > self.size {
+    /// `len` bytes at byte `offset`, for a binding or a copy. `offset` must be a multiple of 256
+    /// (the largest minStorageBufferOffsetAlignment Vulkan allows); a binding covers `len`
+    /// rounded up to whole 4-byte words (at least one), which must lie inside the buffer.
+    pub fn slice(self: &Arc<Self>, offset: u64, len: u64) -> Result<Slice, VulkanError> {
+        let words = len.div_ceil(4).max(1) * 4;
+        if offset % 256 != 0 || offset.checked_add(words).is_none_or(|end| end > self.size) {
             return Err(VulkanError::Invalid(format!(
-                "{} bytes into a buffer of {}",
-                bytes.len(),
+                "bytes {offset}..{} of a buffer of {} (offsets must be multiples of 256)",
+                offset.saturating_add(words),
                 self.size
             )));
         }
-        let host = self.host();
-        // SAFETY: `mapped` points at a live mapping of at least `size` bytes; no GPU work uses
-        // the buffer now (submits wait on their fences) and &mut self excludes other writers.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host.mapped, bytes.len()) };
+        Ok(Slice { buf: self.clone(), offset, len })
+    }
+
+    /// The whole buffer.
+    pub fn whole(self: &Arc<Self>) -> Slice {
+        Slice { buf: self.clone(), offset: 0, len: self.size }
+    }
+
+}
+
+/// A byte range of a [`Buffer`]; holds the buffer alive until the work using it has finished.
+#[derive(Clone)]
+pub struct Slice {
+    pub(crate) buf: Arc<Buffer>,
+    /// Byte offset (a multiple of 256).
+    pub offset: u64,
+    /// Bytes of tensor data.
+    pub len: u64,
+}
+
+impl std::fmt::Debug for Slice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Slice({:?} {}+{})", self.buf.main.buffer, self.offset, self.len)
+    }
+}
+
+impl Slice {
+    /// Bytes a descriptor binding covers: whole words, at least one.
+    pub(crate) fn range(&self) -> u64 {
+        self.len.div_ceil(4).max(1) * 4
+    }
+    /// The byte range it covers in its buffer, for dependency tracking.
+    pub(crate) fn span(&self) -> (vk::Buffer, u64, u64) {
+        (self.buf.handle(), self.offset, self.offset + self.range())
+    }
+    /// The buffer it lies in.
+    pub fn buffer(&self) -> &Arc<Buffer> {
+        &self.buf
+    }
+}
+
+/// Host-visible, persistently mapped memory for staging uploads and downloads.
+pub(crate) struct HostBuffer {
+    dev: Arc<Device>,
+    raw: Raw,
+    pub(crate) size: u64,
+}
+
+// SAFETY: as for Buffer: the mapping is only written through &mut self and read after the
+// fence of the work that wrote it.
+unsafe impl Send for HostBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    pub(crate) fn new(dev: &Arc<Device>, size: u64) -> Result<HostBuffer, VulkanError> {
+        let raw = Raw::new(
+            dev,
+            size.max(4),
+            vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
+            vk_mem::MemoryUsage::AutoPreferHost,
+            vk_mem::AllocationCreateFlags::HOST_ACCESS_RANDOM | vk_mem::AllocationCreateFlags::MAPPED,
+        )?;
+        if raw.mapped.is_null() {
+            let mut raw = raw;
+            raw.destroy(dev);
+            return Err(VulkanError::Invalid("the staging memory is not host-visible".into()));
+        }
+        Ok(HostBuffer { dev: dev.clone(), raw, size })
+    }
+
+    pub(crate) fn handle(&self) -> vk::Buffer {
+        self.raw.buffer
+    }
+
+    /// Copies `bytes` to byte `offset` and flushes them for the device.
+    pub(crate) fn write(&mut self, offset: u64, bytes: &[u8]) -> Result<(), VulkanError> {
+        debug_assert!(offset + bytes.len() as u64 <= self.size);
+        // SAFETY: the mapping holds `size` bytes and the range lies inside it (the staging ring
+        // hands out ranges within its chunks); no GPU work reads this range before the submit.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.raw.mapped.add(offset as usize), bytes.len()) };
         self.dev
             .allocator
-            .flush_allocation(&host.alloc, 0, bytes.len() as u64)
+            .flush_allocation(&self.raw.alloc, offset, bytes.len() as u64)
             .map_err(check("vmaFlushAllocation"))
     }
 
-    /// Reads `out.len()` bytes from the host-visible side (after `record_download` and the fence).
-    pub fn read(&self, out: &mut [u8]) -> Result<(), VulkanError> {
-        if out.len() as u64 > self.size {
-            return Err(VulkanError::Invalid(format!("{} bytes from a buffer of {}", out.len(), self.size)));
-        }
-        let host = self.host();
+    /// Copies `out.len()` bytes from byte `offset`, after the work that wrote them finished.
+    pub(crate) fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), VulkanError> {
+        debug_assert!(offset + out.len() as u64 <= self.size);
         self.dev
             .allocator
-            .invalidate_allocation(&host.alloc, 0, out.len() as u64)
+            .invalidate_allocation(&self.raw.alloc, offset, out.len() as u64)
             .map_err(check("vmaInvalidateAllocation"))?;
-        // SAFETY: as in write; the GPU work that wrote it has completed (fence waited).
-        unsafe { std::ptr::copy_nonoverlapping(host.mapped, out.as_mut_ptr(), out.len()) };
+        // SAFETY: as in write; the fence of the copy into this range has signalled.
+        unsafe { std::ptr::copy_nonoverlapping(self.raw.mapped.add(offset as usize), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
+}
 
-    /// Records staging -> device copy (no-op for host-visible buffers). Follow with a barrier.
-    pub(crate) fn record_upload(&self, cmd: vk::CommandBuffer) {
-        if let Some(s) = &self.staging {
-            let region = [vk::BufferCopy { src_offset: 0, dst_offset: 0, size: self.size }];
-            // SAFETY: cmd is recording; both buffers are live and at least `size` bytes.
-            unsafe { self.dev.raw().cmd_copy_buffer(cmd, s.buffer, self.main.buffer, &region) };
-        }
-    }
-
-    /// Records device -> staging copy (no-op for host-visible buffers). Precede with a barrier.
-    pub(crate) fn record_download(&self, cmd: vk::CommandBuffer) {
-        if let Some(s) = &self.staging {
-            let region = [vk::BufferCopy { src_offset: 0, dst_offset: 0, size: self.size }];
-            // SAFETY: as in record_upload.
-            unsafe { self.dev.raw().cmd_copy_buffer(cmd, self.main.buffer, s.buffer, &region) };
-        }
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        self.raw.destroy(&self.dev);
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Some(mut s) = self.staging.take() {
-            s.destroy(&self.dev);
-        }
         self.main.destroy(&self.dev);
     }
 }

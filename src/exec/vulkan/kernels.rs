@@ -1,6 +1,12 @@
 //! The embedded SPIR-V (compiled from shaders/*.comp by shaders/build.sh and committed, so a
 //! build needs no glslc) and the op codes the shaders switch on.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::device::Device;
+use super::error::VulkanError;
+use super::pipeline::{spirv_words, Kernel};
 use crate::exec::cpu::reference::{Binary, Unary};
 
 /// (name, SPIR-V bytes) of every embedded shader; `shaders/<name>.comp` is its source.
@@ -9,6 +15,32 @@ pub const SHADERS: &[(&str, &[u8])] = &[
     ("binary", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary.spv"))),
     ("binary_scalar", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary_scalar.spv"))),
 ];
+
+/// The built-in kernels of one device, each pipeline built on first use and kept.
+pub struct Kernels {
+    dev: Arc<Device>,
+    built: Mutex<HashMap<&'static str, Arc<Kernel>>>,
+}
+
+impl Kernels {
+    pub fn new(dev: &Arc<Device>) -> Kernels {
+        Kernels { dev: dev.clone(), built: Mutex::new(HashMap::new()) }
+    }
+
+    /// The kernel built from `shaders/<name>.comp`.
+    pub fn get(&self, name: &'static str) -> Result<Arc<Kernel>, VulkanError> {
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = built.get(name) {
+            return Ok(k.clone());
+        }
+        let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.into(), reason };
+        let bytes = spirv(name).ok_or_else(|| fail("no such embedded shader".into()))?;
+        let words = spirv_words(bytes).map_err(fail)?;
+        let k = Arc::new(Kernel::new(&self.dev, name, &words)?);
+        built.insert(name, k.clone());
+        Ok(k)
+    }
+}
 
 pub(crate) fn spirv(name: &str) -> Option<&'static [u8]> {
     SHADERS.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
