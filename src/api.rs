@@ -67,7 +67,7 @@ pub enum Error {
     #[error("{path} is not UTF-8 text")]
     NotUtf8 { path: String },
     /// A backend name this build does not know.
-    #[error("unknown backend `{0}` (this version has: cpu, auto)")]
+    #[error("unknown backend `{0}` (expected cpu, vulkan or auto)")]
     UnknownBackend(String),
     /// A tier name other than `strict` or `fast`.
     #[error("unknown tier `{0}`")]
@@ -89,19 +89,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Which executor runs a session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Backend {
-    /// The best executor available (in this version: the CPU).
+    /// Large instructions on a Vulkan GPU when the machine has one, the rest on the CPU. A
+    /// CPU-emulated Vulkan device (lavapipe) is never chosen: the CPU executor is faster.
     #[default]
     Auto,
     /// The CPU executor (scalar reference and SIMD kernels).
     Cpu,
+    /// Every tensor instruction on the Vulkan device (`ADEADVM_VULKAN_DEVICE` picks one).
+    Vulkan,
 }
 
 impl Backend {
-    /// Parses `cpu` or `auto`.
+    /// Parses `cpu`, `vulkan` or `auto`.
     pub fn from_name(name: &str) -> Result<Backend> {
         match name {
             "auto" => Ok(Backend::Auto),
             "cpu" => Ok(Backend::Cpu),
+            "vulkan" => Ok(Backend::Vulkan),
             _ => Err(Error::UnknownBackend(name.to_string())),
         }
     }
@@ -110,6 +114,14 @@ impl Backend {
         match self {
             Backend::Auto => "auto",
             Backend::Cpu => "cpu",
+            Backend::Vulkan => "vulkan",
+        }
+    }
+    fn vm(self) -> crate::vm::Backend {
+        match self {
+            Backend::Auto => crate::vm::Backend::Auto,
+            Backend::Cpu => crate::vm::Backend::Cpu,
+            Backend::Vulkan => crate::vm::Backend::Vulkan,
         }
     }
 }
@@ -341,6 +353,7 @@ impl Session {
             max_steps: config.max_steps,
             threads: config.threads,
             simd: None,
+            backend: config.backend.vm(),
         };
         let vm = Vm::new(program.verified.clone(), vm_config)?;
         Ok(Session { program, vm, backend: config.backend })

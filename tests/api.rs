@@ -80,7 +80,7 @@ fn errors_keep_the_stage_messages() {
     assert!(e.to_string().starts_with("cannot read /nonexistent/p.s: "), "{e}");
     assert_eq!(
         Backend::from_name("warp").unwrap_err().to_string(),
-        "unknown backend `warp` (this version has: cpu, auto)"
+        "unknown backend `warp` (expected cpu, vulkan or auto)"
     );
     assert_eq!(adeadvm::api::parse_tier("loose").unwrap_err().to_string(), "unknown tier `loose`");
 }

@@ -264,7 +264,7 @@ class VM:
 def load(path, backend="auto", tier=None, threads=None, max_memory=None, max_steps=None):
     """Loads a program (.bib, or .s assembled in memory) and returns a `VM` ready to run it.
 
-    backend: "auto" or "cpu"; tier: None (the program's), "strict" or "fast"; threads: worker
+    backend: "auto", "cpu" or "vulkan"; tier: None (the program's), "strict" or "fast"; threads: worker
     threads (None: every core); max_memory: bytes; max_steps: instructions per run.
     """
     return VM(_Program(path), backend, tier, threads, max_memory, max_steps)

@@ -42,8 +42,8 @@ pub struct BenchArgs {
     /// Determinism tier.
     #[arg(long, default_value = "strict", value_parser = ["strict", "fast"])]
     tier: String,
-    /// Executor (only `cpu` in this version).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
+    /// Executor: cpu or vulkan (GPU times include one submit and wait per timed instruction).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "vulkan"])]
     backend: String,
     /// Worker threads (default: all cores).
     #[arg(long)]
@@ -150,7 +150,8 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     program.tier = tier;
     let verified = Arc::new(adeadvm::verify::verify(program)?);
     let threads = a.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |t| t.get()));
-    let mut vm = Vm::new(verified, VmConfig { threads: Some(threads), ..VmConfig::default() })?;
+    let backend = adeadvm::vm::Backend::from_name(&a.backend).context("backend")?;
+    let mut vm = Vm::new(verified, VmConfig { threads: Some(threads), backend, ..VmConfig::default() })?;
     for (name, t) in inputs {
         vm.set_input(name, t)?;
     }

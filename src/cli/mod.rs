@@ -116,8 +116,9 @@ struct RunArgs {
     /// Worker threads (default: every core). Results are the same for any number.
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
-    /// Executor (this version has the CPU executor only).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
+    /// Executor: cpu, vulkan (every tensor instruction on the GPU), or auto (large instructions
+    /// on a Vulkan GPU when there is one, never on a CPU-emulated device).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cpu", "vulkan"])]
     backend: String,
     #[command(flatten)]
     source: SourceArgs,
@@ -132,8 +133,8 @@ struct ReplayArgs {
     /// Override the determinism tier for the replay.
     #[arg(long, value_parser = ["strict", "fast"])]
     tier: Option<String>,
-    /// Executor to replay on (this version has the CPU executor only).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
+    /// Executor to replay on: cpu, vulkan or auto.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cpu", "vulkan"])]
     backend: String,
     /// Worker threads for the replay (default: every core).
     #[arg(long, value_name = "N")]

@@ -216,7 +216,7 @@ fn print_vulkan_info() {
         Err(e) => println!("  vulkan  {e}; every program runs on the CPU"),
         Ok(devs) => {
             println!(
-                "  vulkan  {} device(s); kernels so far: elementwise unary/binary (strict tier)",
+                "  vulkan  {} device(s); every opcode (strict: the CPU's bits; KERNEL: fast tier); --backend vulkan, or auto (GPUs only)",
                 devs.len()
             );
             for d in devs {

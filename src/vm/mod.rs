@@ -7,6 +7,7 @@
 //! Live temporaries never overlap in the arena (the plan guarantees it), so an instruction's
 //! output can be borrowed mutably beside its inputs; an input that *is* the output is copied.
 
+mod gpu;
 mod tensor;
 
 use std::borrow::Cow;
@@ -24,6 +25,7 @@ use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId};
 use crate::numerics as nx;
 use crate::verify::{MemoryPlan, VerifiedProgram};
 
+pub use gpu::{shared_device, Backend, AUTO_MIN_WORK};
 pub use tensor::{element_count, tensor_digest, AlignedBuf, HostTensor};
 
 /// Run-time settings.
@@ -39,6 +41,8 @@ pub struct VmConfig {
     /// Vector instructions kernels may use. None: the best this CPU has, lowered by
     /// `ADEADVM_SIMD`. Strict-tier results never depend on it.
     pub simd: Option<SimdLevel>,
+    /// Which executor runs tensor instructions (default: the CPU).
+    pub backend: Backend,
 }
 
 /// Why a run failed.
@@ -58,6 +62,8 @@ pub enum VmError {
     Threads { threads: usize, why: String },
     #[error("instruction {index} ({at}): {what}")]
     Runtime { index: usize, at: String, what: String },
+    #[error(transparent)]
+    Vulkan(#[from] crate::exec::vulkan::VulkanError),
 }
 
 /// What an observer sees after each executed instruction.
@@ -150,6 +156,8 @@ pub struct Vm {
     writes: Vec<Option<TensorId>>,
     /// Where an instruction's source is copied when it is also the destination.
     scratch: AlignedBuf,
+    /// The Vulkan side, when the placement uses a device.
+    gpu: Option<gpu::Gpu>,
 }
 
 impl Vm {
@@ -202,7 +210,9 @@ impl Vm {
         } else {
             None
         };
+        let gpu = gpu::Gpu::new(p, input_ids.len(), config.backend)?;
         Ok(Vm {
+            gpu,
             config,
             input_ids,
             inputs,
@@ -221,6 +231,11 @@ impl Vm {
     /// The vector instruction level kernels use.
     pub fn simd_level(&self) -> SimdLevel {
         self.level
+    }
+
+    /// The Vulkan device this VM places instructions on, if any.
+    pub fn gpu_device(&self) -> Option<&str> {
+        self.gpu.as_ref().map(|g| g.device_name())
     }
 
     /// Worker threads kernels may use.
@@ -249,6 +264,9 @@ impl Vm {
             return Err(VmError::InputDtype { name: name.into(), expected: decl.dtype, got: tensor.dtype });
         }
         self.inputs[k] = Some(tensor);
+        if let Some(g) = &mut self.gpu {
+            g.input_changed(k);
+        }
         Ok(())
     }
 
@@ -324,6 +342,9 @@ impl Vm {
             self.arena =
                 AlignedBuf::zeroed(plan.peak_bytes as usize).ok_or(VmError::OutOfMemory(plan.peak_bytes))?;
         }
+        if let Some(g) = &mut self.gpu {
+            g.begin_run(plan.peak_bytes)?;
+        }
         let mut locs = Vec::with_capacity(p.tensors.len());
         let mut next_input = 0;
         for (i, t) in p.tensors.iter().enumerate() {
@@ -365,7 +386,23 @@ impl Vm {
             }
             let ins = &code[pc];
             let t0 = wants.timing.then(Instant::now);
-            let (next, cost) = self.exec(p, &mut frame, pc, &ins.insn)?;
+            let (next, cost) = if self.on_gpu(&frame, ins) {
+                let r = self.exec_gpu(p, &mut frame, pc, &ins.insn)?;
+                // Observers see finished work: timing waits for the GPU, data comes back.
+                if matches!(ins.insn, Insn::Store { .. }) && wants.written {
+                    self.gpu_finish(p)?;
+                } else if let (true, Some(t)) = (wants.written, self.writes[pc]) {
+                    self.to_host(p, &frame, t)?;
+                } else if wants.timing {
+                    self.gpu_sync(p)?;
+                }
+                r
+            } else {
+                self.cpu_reads(p, &frame, &ins.insn)?;
+                let r = self.exec(p, &mut frame, pc, &ins.insn)?;
+                self.cpu_wrote(&ins.insn, self.writes[pc]);
+                r
+            };
             let elapsed = t0.map_or(Duration::ZERO, |t| t.elapsed());
             let written = match ins.insn {
                 _ if !wants.written => None,
@@ -397,6 +434,7 @@ impl Vm {
                 Flow::Halt => break,
             }
         }
+        self.gpu_finish(p)?;
         Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes })
     }
 
@@ -730,7 +768,7 @@ impl Vm {
             }
             Insn::Kernel { .. } => return Err(self.runtime_error(
                 index,
-                "KERNEL runs user SPIR-V, which needs the Vulkan executor; this build runs on the CPU only"
+                "KERNEL runs user SPIR-V, which needs the Vulkan executor (run with --backend vulkan)"
                     .into(),
             )),
         }

@@ -34,7 +34,13 @@ pub fn spirv_words(bytes: &[u8]) -> Result<Vec<u32>, String> {
 impl Kernel {
     /// Builds the pipeline for entry point `main` of `words`.
     pub fn new(dev: &Arc<Device>, name: &str, words: &[u32]) -> Result<Kernel, VulkanError> {
+        Kernel::with_entry(dev, name, words, "main")
+    }
+
+    /// Builds the pipeline for entry point `entry` of `words`.
+    pub fn with_entry(dev: &Arc<Device>, name: &str, words: &[u32], entry: &str) -> Result<Kernel, VulkanError> {
         let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.to_string(), reason };
+        let entry = std::ffi::CString::new(entry).map_err(|_| fail("the entry point name contains a NUL byte".into()))?;
         let interface = reflect(words).map_err(fail)?;
         let d = dev.raw();
         let bindings: Vec<vk::DescriptorSetLayoutBinding> = interface
@@ -86,7 +92,7 @@ impl Kernel {
         let stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(module)
-            .name(c"main");
+            .name(&entry);
         let cinfo = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)];
         // SAFETY: module and layout are live; the pipeline cache is the device's.
         let made = unsafe { d.create_compute_pipelines(dev.pipeline_cache, &cinfo, None) };

@@ -1,0 +1,798 @@
+//! The VM's Vulkan path: a device arena laid out by the same memory plan as the host arena,
+//! constants uploaded once per VM, inputs once per binding, and every tensor instruction
+//! recorded into a [`Recorder`] batch that is submitted at GPU_SYNC, when the host needs a
+//! result (STORE, an observer, a CPU instruction in `auto` placement), or at the batch limit.
+//!
+//! Invariants:
+//! - Each temporary has one [`Valid`] state: which copy (host arena, device arena or both) holds
+//!   its current bytes. An instruction that reads a temporary first makes its own side valid
+//!   (a download or an upload), and leaves its destination valid on its side only.
+//! - Kernels work on 32-bit words. 16-bit float operands are widened to f32 in scratch memory
+//!   and results rounded back with CAST's kernel, which is what the CPU's `float_op` does, so
+//!   the bits agree; 16-bit moves go through `unpack16`/`pack16`.
+//! - A source that is also the destination is copied to scratch first, unless the kernel reads
+//!   each element only at the index it writes (elementwise kernels).
+
+use std::sync::{Arc, OnceLock};
+
+use crate::exec::cpu::reference::{strides, MatmulShape, Reduce};
+use crate::exec::vulkan::ops::{data, rows};
+use crate::exec::vulkan::{Binding, Buffer, Download, Kernel, Recorder, Slice, VulkanError, VulkanExec};
+use crate::format::{Program, TensorKind};
+use crate::isa::{DType, Insn, Instruction, Opcode, Placement as Hint, TensorId};
+use crate::numerics as nx;
+
+use super::{binary_of, norm_axis, unary_of, ConstStore, Flow, Frame, Loc, Vm, VmError};
+
+/// Which executor runs tensor instructions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// The CPU only.
+    #[default]
+    Cpu,
+    /// Every tensor instruction on the Vulkan device.
+    Vulkan,
+    /// Large instructions on a Vulkan GPU when there is one (a CPU device such as lavapipe is
+    /// never chosen), everything else on the CPU; see [`AUTO_MIN_WORK`].
+    Auto,
+}
+
+impl Backend {
+    /// `cpu`, `vulkan` or `auto`.
+    pub fn from_name(name: &str) -> Option<Backend> {
+        match name {
+            "cpu" => Some(Backend::Cpu),
+            "vulkan" => Some(Backend::Vulkan),
+            "auto" => Some(Backend::Auto),
+            _ => None,
+        }
+    }
+    /// The name `from_name` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Vulkan => "vulkan",
+            Backend::Auto => "auto",
+        }
+    }
+}
+
+/// In `auto` placement an instruction goes to the GPU when it touches at least this many
+/// elements (or performs this many flops), or when a source it reads is already there only.
+/// Below it, the launch and transfer latency (~10 µs) outweighs the GPU's throughput.
+pub const AUTO_MIN_WORK: u64 = 1 << 16;
+
+/// The process's Vulkan device and kernels, opened on first use and shared by every VM
+/// (opening a device and building pipelines is slow; both are thread-safe to share).
+pub fn shared_device() -> Result<Arc<VulkanExec>, VulkanError> {
+    static SHARED: OnceLock<Result<Arc<VulkanExec>, String>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| VulkanExec::new().map(Arc::new).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(VulkanError::NoDevice)
+}
+
+/// Whether the machine has a Vulkan device that is not a CPU emulation (checked once, without
+/// opening a device).
+fn has_gpu() -> bool {
+    static GPU: OnceLock<bool> = OnceLock::new();
+    *GPU.get_or_init(|| {
+        crate::exec::vulkan::devices().is_ok_and(|ds| ds.iter().any(|d| d.device_type != "CPU" && d.has_compute_queue))
+    })
+}
+
+/// Where a temporary's current bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Valid {
+    /// Not written yet in this run.
+    Nowhere,
+    Host,
+    Device,
+    Both,
+}
+
+/// Status words for GATHER's bounds checks in one batch.
+const STATUS_SLOTS: u32 = 1024;
+
+/// A GATHER whose bounds check is pending until its batch runs.
+struct PendingGather {
+    slot: u32,
+    index: usize,
+    indices: TensorId,
+    rows: usize,
+}
+
+/// The VM's device-side state.
+pub(super) struct Gpu {
+    exec: Arc<VulkanExec>,
+    rec: Recorder,
+    /// Per tensor id: constants, uploaded on first use and kept for the VM's life.
+    consts: Vec<Option<Slice>>,
+    /// Per input: its upload, dropped when the input is bound again.
+    inputs: Vec<Option<Slice>>,
+    arena: Option<Arc<Buffer>>,
+    scratch: Option<Arc<Buffer>>,
+    scratch_used: u64,
+    status: Arc<Buffer>,
+    gathers: Vec<PendingGather>,
+    /// User kernels by KernelId, built on first use.
+    user: Vec<Option<Arc<Kernel>>>,
+    /// Per tensor id (temporaries): where the current bytes are.
+    pub(super) valid: Vec<Valid>,
+    /// Outputs stored from the device: (output index, download).
+    pending_outputs: Vec<(usize, Download)>,
+    pub(super) backend: Backend,
+}
+
+impl Gpu {
+    pub(super) fn new(p: &Program, inputs: usize, backend: Backend) -> Result<Option<Gpu>, VmError> {
+        let exec = match backend {
+            Backend::Cpu => return Ok(None),
+            Backend::Vulkan => shared_device()?,
+            Backend::Auto if !has_gpu() => return Ok(None),
+            Backend::Auto => match shared_device() {
+                Ok(dev) if dev.device().info().device_type != "CPU" => dev,
+                _ => return Ok(None),
+            },
+        };
+        let rec = Recorder::new(exec.device())?;
+        let status = Arc::new(Buffer::new(exec.device(), u64::from(STATUS_SLOTS) * 4)?);
+        Ok(Some(Gpu {
+            rec,
+            consts: vec![None; p.tensors.len()],
+            inputs: vec![None; inputs],
+            arena: None,
+            scratch: None,
+            scratch_used: 0,
+            status,
+            gathers: Vec::new(),
+            user: vec![None; p.kernels.len()],
+            valid: vec![Valid::Nowhere; p.tensors.len()],
+            pending_outputs: Vec::new(),
+            backend,
+            exec,
+        }))
+    }
+
+
+    /// The device's name.
+    pub(super) fn device_name(&self) -> &str {
+        &self.exec.device().info().name
+    }
+
+    /// Forgets the upload of input `k` (it was bound again).
+    pub(super) fn input_changed(&mut self, k: usize) {
+        if let Some(s) = self.inputs.get_mut(k) {
+            *s = None;
+        }
+    }
+
+    /// Prepares a run: a device arena of at least `peak` bytes, nothing valid yet.
+    pub(super) fn begin_run(&mut self, peak: u64) -> Result<(), VmError> {
+        if self.rec.has_work() {
+            // A previous run failed mid-batch: drop its work unsubmitted.
+            self.rec = Recorder::new(self.exec.device())?;
+        }
+        self.rec.clear_downloads();
+        self.gathers.clear();
+        self.pending_outputs.clear();
+        self.valid.iter_mut().for_each(|v| *v = Valid::Nowhere);
+        // Room for the last tensor's binding rounded up to whole words.
+        let need = peak + 256;
+        if self.arena.as_ref().is_none_or(|a| a.size() < need) {
+            self.arena = Some(Arc::new(Buffer::new(self.exec.device(), need)?));
+        }
+        Ok(())
+    }
+
+    /// `len` bytes of scratch memory for the current instruction.
+    fn scratch(&mut self, len: u64) -> Result<Slice, VmError> {
+        let need = self.scratch_used + len.div_ceil(256).max(1) * 256;
+        if self.scratch.as_ref().is_none_or(|s| s.size() < need) {
+            // The old buffer stays alive while recorded work holds slices of it.
+            let size = need.max(self.scratch.as_ref().map_or(0, |s| s.size() * 2)).max(1 << 20);
+            self.scratch = Some(Arc::new(Buffer::new(self.exec.device(), size)?));
+            self.scratch_used = 0;
+        }
+        let s = self.scratch.as_ref().map(|b| b.slice(self.scratch_used, len));
+        self.scratch_used += len.div_ceil(256).max(1) * 256;
+        Ok(s.ok_or_else(|| VulkanError::Invalid("no scratch buffer".into()))??)
+    }
+
+    /// Submits the batch and waits; then checks the batch's GATHER bounds: Some((instruction,
+    /// message)) for the first out of range.
+    fn flush(&mut self, vm_inputs: &[Option<super::HostTensor>], p: &Program) -> Result<Option<(usize, String)>, VulkanError> {
+        let status = match self.gathers.len() {
+            0 => None,
+            n => Some(self.rec.download(&self.status.slice(0, n as u64 * 4)?)?),
+        };
+        self.rec.flush()?;
+        if let Some(d) = status {
+            let mut words = vec![0u8; self.gathers.len() * 4];
+            self.rec.read(&d, &mut words)?;
+            let words: Vec<u32> = bytemuck::pod_collect_to_vec(&words);
+            let gathers = std::mem::take(&mut self.gathers);
+            for g in &gathers {
+                let pos = words[g.slot as usize];
+                if pos != u32::MAX {
+                    let name = &p.tensors[g.indices.0 as usize].name;
+                    // The value is known when the indices came from the host (inputs, constants).
+                    let value = host_i32(p, vm_inputs, g.indices, pos as usize);
+                    let what = match value {
+                        Some(v) => format!("index {v} at position {pos} of `{name}` is outside the table's {} rows", g.rows),
+                        None => format!("the index at position {pos} of `{name}` is outside the table's {} rows", g.rows),
+                    };
+                    return Ok(Some((g.index, what)));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Element `pos` of an i32 input or constant, read on the host.
+fn host_i32(p: &Program, inputs: &[Option<super::HostTensor>], t: TensorId, pos: usize) -> Option<i32> {
+    let bytes = match p.tensors[t.0 as usize].kind {
+        TensorKind::Input => {
+            let k = p.tensors[..t.0 as usize].iter().filter(|d| d.kind == TensorKind::Input).count();
+            inputs.get(k)?.as_ref()?.bytes()
+        }
+        TensorKind::Const(crate::format::ConstData::Bytes { offset, len }) => {
+            p.data.get(offset as usize..(offset + len) as usize)?
+        }
+        _ => return None,
+    };
+    let b = bytes.get(pos * 4..pos * 4 + 4)?;
+    Some(i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+impl Vm {
+    /// Whether instruction `ins` runs on the GPU in this VM. Without a device: never. With
+    /// one: KERNEL and GPU_SYNC always; STORE where its data is; otherwise the instruction's
+    /// `@cpu`/`@gpu` hint, else the backend (`vulkan`: all; `auto`: by size and where the
+    /// sources are, see [`AUTO_MIN_WORK`]).
+    pub(super) fn on_gpu(&self, f: &Frame, ins: &Instruction) -> bool {
+        let Some(g) = &self.gpu else { return false };
+        let insn = &ins.insn;
+        match insn {
+            Insn::Kernel { .. } | Insn::GpuSync => return true,
+            Insn::Store { src, .. } => return g.valid[src.0 as usize] == Valid::Device,
+            Insn::Alloc { .. } => return false,
+            _ if insn.writes().is_none() => return false,
+            _ => {}
+        }
+        match (ins.placement, g.backend) {
+            (Hint::Cpu, _) => false,
+            (Hint::Gpu, _) | (Hint::Auto, Backend::Vulkan) => true,
+            _ => {
+                let dst = insn.writes().map_or(0, |t| f.counts[t.0 as usize]);
+                let work = match insn {
+                    Insn::Matmul { a, ta, .. } => {
+                        let s = &f.shapes[a.0 as usize];
+                        let k = if *ta { s[s.len() - 2] } else { s[s.len() - 1] };
+                        2 * dst * k as u64
+                    }
+                    _ => dst,
+                };
+                work >= AUTO_MIN_WORK || insn.reads().iter().any(|t| g.valid[t.0 as usize] == Valid::Device)
+            }
+        }
+    }
+
+    /// Before a CPU instruction in mixed placement: every temporary it reads made valid on the
+    /// host. After it: its destination valid on the host only.
+    pub(super) fn cpu_reads(&mut self, p: &Program, f: &Frame, insn: &Insn) -> Result<(), VmError> {
+        if self.gpu.is_none() {
+            return Ok(());
+        }
+        let reads = insn.reads();
+        let need: Vec<TensorId> = reads
+            .into_iter()
+            .filter(|t| self.gpu.as_ref().is_some_and(|g| g.valid[t.0 as usize] == Valid::Device))
+            .collect();
+        for t in need {
+            self.to_host(p, f, t)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn cpu_wrote(&mut self, insn: &Insn, writes: Option<TensorId>) {
+        let Some(g) = &mut self.gpu else { return };
+        match (insn, writes) {
+            // A later STORE from the host replaces an earlier one from the device.
+            (Insn::Store { out, .. }, _) => g.pending_outputs.retain(|(o, _)| *o != out.0 as usize),
+            (Insn::Alloc { .. }, _) | (_, None) => {}
+            (_, Some(t)) => g.valid[t.0 as usize] = Valid::Host,
+        }
+    }
+
+    /// Downloads temporary `t` into the host arena (flushing the batch).
+    pub(super) fn to_host(&mut self, p: &Program, f: &Frame, t: TensorId) -> Result<(), VmError> {
+        let Loc::Arena(range) = f.locs[t.0 as usize].clone() else { return Ok(()) };
+        let Some(g) = &mut self.gpu else { return Ok(()) };
+        if g.valid[t.0 as usize] != Valid::Device {
+            return Ok(());
+        }
+        let s = arena_slice(g, range.start as u64, range.len() as u64)?;
+        let d = g.rec.download(&s)?;
+        if let Some((index, what)) = g.flush(&self.inputs, p)? {
+            return Err(self.gpu_error(index, what));
+        }
+        let g = self.gpu.as_mut().expect("device");
+        g.rec.read(&d, &mut self.arena.bytes_mut()[range])?;
+        g.valid[t.0 as usize] = Valid::Both;
+        Ok(())
+    }
+
+    /// Submits recorded GPU work and waits (GPU_SYNC, observers, the end of a run).
+    pub(super) fn gpu_sync(&mut self, p: &Program) -> Result<(), VmError> {
+        let Some(g) = &mut self.gpu else { return Ok(()) };
+        match g.flush(&self.inputs, p)? {
+            Some((index, what)) => Err(self.gpu_error(index, what)),
+            None => Ok(()),
+        }
+    }
+
+    /// The end of a run: waits for the GPU and collects outputs stored from the device.
+    pub(super) fn gpu_finish(&mut self, p: &Program) -> Result<(), VmError> {
+        self.gpu_sync(p)?;
+        let Some(g) = &mut self.gpu else { return Ok(()) };
+        for (o, d) in std::mem::take(&mut g.pending_outputs) {
+            if let Some(t) = &mut self.outputs[o] {
+                let mut bytes = t.bytes().to_vec();
+                g.rec.read(&d, &mut bytes)?;
+                t.bytes_mut().copy_from_slice(&bytes);
+            }
+        }
+        g.rec.clear_downloads();
+        Ok(())
+    }
+
+    /// A device slice holding tensor `t`'s current bytes, for reading.
+    fn src(&mut self, p: &Program, f: &Frame, t: TensorId) -> Result<Slice, VmError> {
+        let loc = f.locs[t.0 as usize].clone();
+        let host_bytes: &[u8] = match &loc {
+            Loc::Arena(r) => &self.arena.bytes()[r.clone()],
+            Loc::Input(k) => self.inputs[*k].as_ref().map_or(&[][..], |x| x.bytes()),
+            Loc::Const(i) => match &self.consts[*i] {
+                Some(ConstStore::Data(r)) => &self.program.program().data[r.clone()],
+                Some(ConstStore::Owned(b)) => b.bytes(),
+                None => &[],
+            },
+        };
+        let Some(g) = &mut self.gpu else { unreachable!("GPU instructions run only with a device") };
+        match loc {
+            Loc::Arena(r) => {
+                let s = arena_slice(g, r.start as u64, r.len() as u64)?;
+                if g.valid[t.0 as usize] == Valid::Host {
+                    g.rec.upload(&s, host_bytes)?;
+                    g.valid[t.0 as usize] = Valid::Both;
+                }
+                Ok(s)
+            }
+            Loc::Input(k) => {
+                if g.inputs[k].is_none() {
+                    let s = g.exec.upload(&mut g.rec, host_bytes)?;
+                    g.inputs[k] = Some(s);
+                }
+                Ok(g.inputs[k].clone().expect("just uploaded"))
+            }
+            Loc::Const(i) => {
+                if g.consts[i].is_none() {
+                    let s = g.exec.upload(&mut g.rec, host_bytes)?;
+                    g.consts[i] = Some(s);
+                }
+                let _ = p;
+                Ok(g.consts[i].clone().expect("just uploaded"))
+            }
+        }
+    }
+
+    /// The device slice of temporary `t`, for writing; it becomes valid on the device only.
+    fn dst(&mut self, f: &Frame, t: TensorId) -> Result<Slice, VmError> {
+        let Loc::Arena(r) = f.locs[t.0 as usize].clone() else {
+            unreachable!("the verifier allows writes to temporaries only");
+        };
+        let g = self.gpu.as_mut().expect("GPU instructions run only with a device");
+        g.valid[t.0 as usize] = Valid::Device;
+        Ok(arena_slice(g, r.start as u64, r.len() as u64)?)
+    }
+
+    /// Source `t` as f32 words: widened into scratch unless it is f32; copied into scratch
+    /// when it is the destination of a kernel that is not elementwise.
+    fn src_f32(&mut self, p: &Program, f: &Frame, t: TensorId, dst: TensorId, elementwise: bool) -> Result<Slice, VmError> {
+        let s = self.src(p, f, t)?;
+        let dt = p.tensors[t.0 as usize].dtype;
+        let n = f.counts[t.0 as usize] as usize;
+        let g = self.gpu.as_mut().expect("device");
+        if dt != DType::F32 {
+            let w = g.scratch(n as u64 * 4)?;
+            data::cast(g.exec.kernels(), &mut g.rec, &w, DType::F32, &s, dt, n)?;
+            return Ok(w);
+        }
+        if t == dst && !elementwise {
+            let c = g.scratch(s.len)?;
+            g.rec.copy(&s, &c)?;
+            return Ok(c);
+        }
+        Ok(s)
+    }
+
+    /// Source `t` as 32-bit words for a move (16-bit data zero-extended into scratch).
+    fn src_words(&mut self, p: &Program, f: &Frame, t: TensorId, dst: TensorId) -> Result<Slice, VmError> {
+        let s = self.src(p, f, t)?;
+        let n = f.counts[t.0 as usize] as usize;
+        let g = self.gpu.as_mut().expect("device");
+        if p.tensors[t.0 as usize].dtype.size() == 2 {
+            let w = g.scratch(n as u64 * 4)?;
+            data::unpack16(g.exec.kernels(), &mut g.rec, &w, &s, n)?;
+            return Ok(w);
+        }
+        if t == dst {
+            let c = g.scratch(s.len)?;
+            g.rec.copy(&s, &c)?;
+            return Ok(c);
+        }
+        Ok(s)
+    }
+
+    /// Runs `body` with an f32 destination for `dst` (scratch when `dst` is not f32, rounded
+    /// into it afterwards with CAST's kernel).
+    fn with_dst_f32(
+        &mut self,
+        f: &Frame,
+        p: &Program,
+        dst: TensorId,
+        body: impl FnOnce(&mut Gpu, &Slice) -> Result<(), VulkanError>,
+    ) -> Result<(), VmError> {
+        let d = self.dst(f, dst)?;
+        let dt = p.tensors[dst.0 as usize].dtype;
+        let n = f.counts[dst.0 as usize] as usize;
+        let g = self.gpu.as_mut().expect("device");
+        if dt == DType::F32 {
+            return Ok(body(g, &d)?);
+        }
+        let w = g.scratch(n as u64 * 4)?;
+        body(g, &w)?;
+        data::cast(g.exec.kernels(), &mut g.rec, &d, dt, &w, DType::F32, n)?;
+        Ok(())
+    }
+
+    /// Runs `body` with a 32-bit destination for a move into `dst` (packed afterwards when
+    /// `dst` holds 16-bit data).
+    fn with_dst_words(
+        &mut self,
+        f: &Frame,
+        p: &Program,
+        dst: TensorId,
+        body: impl FnOnce(&mut Gpu, &Slice) -> Result<(), VulkanError>,
+    ) -> Result<(), VmError> {
+        let d = self.dst(f, dst)?;
+        let n = f.counts[dst.0 as usize] as usize;
+        let g = self.gpu.as_mut().expect("device");
+        if p.tensors[dst.0 as usize].dtype.size() != 2 {
+            return Ok(body(g, &d)?);
+        }
+        let w = g.scratch(n as u64 * 4)?;
+        body(g, &w)?;
+        data::pack16(g.exec.kernels(), &mut g.rec, &d, &w, n)?;
+        Ok(())
+    }
+
+    /// Records instruction `insn` on the GPU; returns where to go next and its cost.
+    pub(super) fn exec_gpu(
+        &mut self,
+        p: &Program,
+        f: &mut Frame,
+        index: usize,
+        insn: &Insn,
+    ) -> Result<(Flow, (u64, u64)), VmError> {
+        if let Some(g) = &mut self.gpu {
+            g.scratch_used = 0;
+        }
+        let result = self.record(p, f, index, insn);
+        result.map_err(|e| match e {
+            VmError::Vulkan(v) => self.gpu_error(index, v.to_string()),
+            e => e,
+        })
+    }
+
+    fn gpu_error(&self, index: usize, what: String) -> VmError {
+        match self.runtime_error(index, what) {
+            VmError::Runtime { index, at, what } => VmError::Runtime { index, at, what: format!("on the GPU: {what}") },
+            e => e,
+        }
+    }
+
+    fn record(&mut self, p: &Program, f: &mut Frame, index: usize, insn: &Insn) -> Result<(Flow, (u64, u64)), VmError> {
+        let dt = |t: TensorId| p.tensors[t.0 as usize].dtype;
+        let n_of = |f: &Frame, t: TensorId| f.counts[t.0 as usize];
+        let shape = |f: &Frame, t: TensorId| f.shapes[t.0 as usize].clone();
+        let mut cost = (0u64, 0u64);
+        match *insn {
+            Insn::Load { dst, src, index: ix, count } => {
+                let k = match ix {
+                    Some(rg) => {
+                        let v = f.regs[rg.0 as usize];
+                        if v < 0 || v >= count as i64 {
+                            return Err(self.runtime_error(index, format!("LOAD index r{} = {v} is outside 0..{count}", rg.0)));
+                        }
+                        v as u16
+                    }
+                    None => 0,
+                };
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                let s = self.src(p, f, TensorId(src.0 + k))?;
+                let d = self.dst(f, dst)?;
+                self.gpu_mut().rec.copy(&s, &d)?;
+            }
+            Insn::Store { out, src } => {
+                let s = self.src(p, f, src)?;
+                let g = self.gpu.as_mut().expect("device");
+                let dl = g.rec.download(&s)?;
+                g.pending_outputs.push((out.0 as usize, dl));
+                let t = super::HostTensor::from_bytes(dt(src), f.out_shapes[out.0 as usize].clone(), &vec![0u8; s.len as usize])
+                    .ok_or(VmError::OutOfMemory(s.len))?;
+                cost.1 = 2 * s.len;
+                self.outputs[out.0 as usize] = Some(t);
+            }
+            Insn::Copy { dst, src } | Insn::Reshape { dst, src } => {
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                if src != dst {
+                    let s = self.src(p, f, src)?;
+                    let d = self.dst(f, dst)?;
+                    self.gpu_mut().rec.copy(&s, &d)?;
+                }
+            }
+            Insn::Slice { dst, src, axis, start } => {
+                let sh = shape(f, src);
+                let ax = norm_axis(axis, sh.len());
+                let len = f.shapes[dst.0 as usize][ax];
+                if start as usize + len > sh[ax] {
+                    return Err(self.runtime_error(
+                        index,
+                        format!("slice {start}..{} is outside axis {ax} of size {}", start as usize + len, sh[ax]),
+                    ));
+                }
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                let (dshape, sst) = (shape(f, dst), strides(&sh));
+                let s = self.src_words(p, f, src, dst)?;
+                self.with_dst_words(f, p, dst, |g, d| {
+                    data::strided_copy(g.exec.kernels(), &mut g.rec, d, 0, &strides(&dshape), &s, start as usize * sst[ax], &sst, &dshape)
+                })?;
+            }
+            Insn::Concat { dst, a, b, axis } => {
+                let (sa, sb, so) = (shape(f, a), shape(f, b), shape(f, dst));
+                let ax = norm_axis(axis, sa.len());
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                let ost = strides(&so);
+                let va = self.src_words(p, f, a, dst)?;
+                let vb = self.src_words(p, f, b, dst)?;
+                self.with_dst_words(f, p, dst, |g, d| {
+                    let k = g.exec.kernels();
+                    data::strided_copy(k, &mut g.rec, d, 0, &ost, &va, 0, &strides(&sa), &sa)?;
+                    data::strided_copy(k, &mut g.rec, d, sa[ax] * ost[ax], &ost, &vb, 0, &strides(&sb), &sb)
+                })?;
+            }
+            Insn::Transpose { dst, src, perm } => {
+                let sh = shape(f, src);
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                let sst = strides(&sh);
+                let dshape = shape(f, dst);
+                // Output axis i walks input axis perm[i].
+                let pst: Vec<usize> = perm.axes().iter().map(|&ax| sst[ax as usize]).collect();
+                let s = self.src_words(p, f, src, dst)?;
+                self.with_dst_words(f, p, dst, |g, d| {
+                    data::strided_copy(g.exec.kernels(), &mut g.rec, d, 0, &strides(&dshape), &s, 0, &pst, &dshape)
+                })?;
+            }
+            Insn::Gather { dst, table, indices } => {
+                let tshape = shape(f, table);
+                let rows = tshape.first().copied().unwrap_or(0);
+                let row: usize = tshape[1..].iter().product();
+                let count = n_of(f, indices) as usize;
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                let t = self.src_words(p, f, table, dst)?;
+                let ix = self.src(p, f, indices)?;
+                if self.gpu_mut().gathers.len() as u32 == STATUS_SLOTS {
+                    self.gpu_sync(p)?;
+                }
+                let g = self.gpu_mut();
+                let slot = g.gathers.len() as u32;
+                g.gathers.push(PendingGather { slot, index, indices, rows });
+                let st = g.status.slice(u64::from(slot) * 4, 4)?;
+                data::fill(g.exec.kernels(), &mut g.rec, &st, 1, u32::MAX)?;
+                self.with_dst_words(f, p, dst, |g, d| {
+                    data::gather(g.exec.kernels(), &mut g.rec, d, &t, rows, row, &ix, count, &g.status.whole(), slot)
+                })?;
+            }
+            Insn::Fill { dst, value } => {
+                cost.1 = n_of(f, dst) * dt(dst).size() as u64;
+                let n = n_of(f, dst) as usize;
+                let (words, bits) = match dt(dst) {
+                    DType::I32 => (n, value as i32 as u32),
+                    DType::F32 => (n, nx::canon(value).to_bits()),
+                    DType::F16 => (n.div_ceil(2), u32::from(nx::f32_to_f16_bits(nx::canon(value))) * 0x1_0001),
+                    DType::Bf16 => (n.div_ceil(2), u32::from(nx::f32_to_bf16_bits(nx::canon(value))) * 0x1_0001),
+                };
+                let d = self.dst(f, dst)?;
+                let g = self.gpu_mut();
+                data::fill(g.exec.kernels(), &mut g.rec, &d, words, bits)?;
+            }
+            Insn::Cast { dst, src } => {
+                cost.1 = n_of(f, dst) * (dt(dst).size() + dt(src).size()) as u64;
+                let n = n_of(f, dst) as usize;
+                let s = self.src(p, f, src)?;
+                let d = self.dst(f, dst)?;
+                let g = self.gpu_mut();
+                data::cast(g.exec.kernels(), &mut g.rec, &d, dt(dst), &s, dt(src), n)?;
+            }
+            Insn::Rand { dst, seed, dist } => {
+                cost.1 = n_of(f, dst) * dt(dst).size() as u64;
+                let n = n_of(f, dst) as usize;
+                self.with_dst_f32(f, p, dst, |g, d| data::rand(g.exec.kernels(), &mut g.rec, d, n, seed, dist))?;
+            }
+            Insn::Neg { dst, a } | Insn::Abs { dst, a } if dt(dst) == DType::I32 => {
+                let neg = matches!(insn, Insn::Neg { .. });
+                cost.1 = 2 * n_of(f, dst) * 4;
+                let n = n_of(f, dst) as usize;
+                let s = self.src(p, f, a)?;
+                let d = self.dst(f, dst)?;
+                let g = self.gpu_mut();
+                data::unary_i32(g.exec.kernels(), &mut g.rec, neg, &d, &s, n)?;
+            }
+            Insn::Neg { dst, a }
+            | Insn::Abs { dst, a }
+            | Insn::Sqrt { dst, a }
+            | Insn::Rsqrt { dst, a }
+            | Insn::Exp { dst, a }
+            | Insn::Log { dst, a }
+            | Insn::Relu { dst, a }
+            | Insn::Sigmoid { dst, a }
+            | Insn::Tanh { dst, a }
+            | Insn::Gelu { dst, a } => {
+                let op = unary_of(insn.opcode());
+                cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let n = n_of(f, dst) as usize;
+                let s = self.src_f32(p, f, a, dst, true)?;
+                self.with_dst_f32(f, p, dst, |g, d| data::unary(g.exec.kernels(), &mut g.rec, op, d, &s, n))?;
+            }
+            Insn::Add { dst, a, b }
+            | Insn::Sub { dst, a, b }
+            | Insn::Mul { dst, a, b }
+            | Insn::Div { dst, a, b }
+            | Insn::Max { dst, a, b }
+            | Insn::Min { dst, a, b } => {
+                let op = binary_of(insn.opcode());
+                let (sa, sb, so) = (shape(f, a), shape(f, b), shape(f, dst));
+                cost = (n_of(f, dst), (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
+                if dt(dst) == DType::I32 {
+                    let va = self.src(p, f, a)?;
+                    let vb = self.src(p, f, b)?;
+                    let d = self.dst(f, dst)?;
+                    let g = self.gpu_mut();
+                    data::binary_i32(g.exec.kernels(), &mut g.rec, op, &d, &va, &sa, &vb, &sb, &so)?;
+                } else {
+                    let va = self.src_f32(p, f, a, dst, true)?;
+                    let vb = self.src_f32(p, f, b, dst, true)?;
+                    self.with_dst_f32(f, p, dst, |g, d| {
+                        data::binary(g.exec.kernels(), &mut g.rec, op, d, &va, &sa, &vb, &sb, &so)
+                    })?;
+                }
+            }
+            Insn::AddS { dst, a, s }
+            | Insn::SubS { dst, a, s }
+            | Insn::MulS { dst, a, s }
+            | Insn::DivS { dst, a, s }
+            | Insn::MaxS { dst, a, s }
+            | Insn::MinS { dst, a, s } => {
+                let op = binary_of(insn.opcode());
+                cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let n = n_of(f, dst) as usize;
+                let va = self.src_f32(p, f, a, dst, true)?;
+                self.with_dst_f32(f, p, dst, |g, d| data::binary_scalar(g.exec.kernels(), &mut g.rec, op, d, &va, s, n))?;
+            }
+            Insn::Matmul { dst, a, b, bias, ta, tb, act } => {
+                let gs = MatmulShape { a: shape(f, a), b: shape(f, b), out: shape(f, dst), ta, tb };
+                let k = if ta { gs.a[gs.a.len() - 2] } else { gs.a[gs.a.len() - 1] } as u64;
+                cost = (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
+                let va = self.src_f32(p, f, a, dst, false)?;
+                let vb = self.src_f32(p, f, b, dst, false)?;
+                let vbias = match bias {
+                    Some(t) => Some((self.src_f32(p, f, t, dst, false)?, shape(f, t))),
+                    None => None,
+                };
+                self.with_dst_f32(f, p, dst, |g, d| {
+                    let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
+                    rows::matmul(g.exec.kernels(), &mut g.rec, &gs, act, d, &va, &vb, bias)
+                })?;
+            }
+            Insn::Softmax { dst, x, mask, scale } => {
+                let sh = shape(f, x);
+                cost = (5 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let vx = self.src_f32(p, f, x, dst, false)?;
+                let vm = match mask {
+                    Some(t) => Some((self.src_f32(p, f, t, dst, false)?, shape(f, t))),
+                    None => None,
+                };
+                self.with_dst_f32(f, p, dst, |g, d| {
+                    let mask = vm.as_ref().map(|(s, sh)| (s, sh.as_slice()));
+                    rows::softmax(g.exec.kernels(), &mut g.rec, d, &vx, &sh, mask, scale)
+                })?;
+            }
+            Insn::Layernorm { dst, x, gamma, beta, eps } => {
+                let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
+                let rows_n = if n == 0 { 0 } else { n_of(f, x) as usize / n };
+                cost = (8 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let vx = self.src_f32(p, f, x, dst, false)?;
+                let vg = gamma.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
+                let vb = beta.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
+                self.with_dst_f32(f, p, dst, |g, d| {
+                    rows::layernorm(g.exec.kernels(), &mut g.rec, d, &vx, rows_n, n, vg.as_ref(), vb.as_ref(), eps)
+                })?;
+            }
+            Insn::Rmsnorm { dst, x, gamma, eps } => {
+                let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
+                let rows_n = if n == 0 { 0 } else { n_of(f, x) as usize / n };
+                cost = (4 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
+                let vx = self.src_f32(p, f, x, dst, false)?;
+                let vg = gamma.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
+                self.with_dst_f32(f, p, dst, |g, d| {
+                    rows::rmsnorm(g.exec.kernels(), &mut g.rec, d, &vx, rows_n, n, vg.as_ref(), eps)
+                })?;
+            }
+            Insn::ReduceSum { dst, src, axis } | Insn::ReduceMean { dst, src, axis } | Insn::ReduceMax { dst, src, axis } => {
+                let op = match insn.opcode() {
+                    Opcode::ReduceSum => Reduce::Sum,
+                    Opcode::ReduceMean => Reduce::Mean,
+                    _ => Reduce::Max,
+                };
+                let sh = shape(f, src);
+                let ax = norm_axis(axis, sh.len());
+                cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
+                let vx = self.src_f32(p, f, src, dst, false)?;
+                self.with_dst_f32(f, p, dst, |g, d| rows::reduce(g.exec.kernels(), &mut g.rec, op, d, &vx, &sh, ax))?;
+            }
+            Insn::Kernel { k } => {
+                let decl = &p.kernels[k.0 as usize];
+                let info = self.program.kernel(k).clone();
+                let mut bindings = Vec::with_capacity(decl.bindings.len());
+                for (&t, &w) in decl.bindings.iter().zip(&info.written) {
+                    bindings.push(if w { Binding::write(&self.dst(f, t)?) } else { Binding::read(&self.src(p, f, t)?) });
+                }
+                let kernel = self.user_kernel(p, k.0 as usize)?;
+                let push: Vec<u32> = decl.push.chunks(4).map(|c| {
+                    let mut w = [0u8; 4];
+                    w[..c.len()].copy_from_slice(c);
+                    u32::from_le_bytes(w)
+                }).collect();
+                self.gpu_mut().rec.dispatch(&kernel, &bindings, &push, decl.groups)?;
+            }
+            Insn::GpuSync => self.gpu_sync(p)?,
+            _ => unreachable!("control instructions run on the host"),
+        }
+        Ok((Flow::Next, cost))
+    }
+
+    fn gpu_mut(&mut self) -> &mut Gpu {
+        self.gpu.as_mut().expect("GPU instructions run only with a device")
+    }
+
+    /// The pipeline of user kernel `k`, built on first use.
+    fn user_kernel(&mut self, p: &Program, k: usize) -> Result<Arc<Kernel>, VmError> {
+        let g = self.gpu.as_mut().expect("device");
+        if let Some(kern) = &g.user[k] {
+            return Ok(kern.clone());
+        }
+        let decl = &p.kernels[k];
+        let words = &p.spirv[decl.module as usize].words;
+        let kern = Arc::new(Kernel::with_entry(g.exec.device(), &decl.name, words, &decl.entry)?);
+        g.user[k] = Some(kern.clone());
+        Ok(kern)
+    }
+}
+
+/// The slice of the device arena at `offset`.
+fn arena_slice(g: &Gpu, offset: u64, len: u64) -> Result<Slice, VulkanError> {
+    g.arena.as_ref().ok_or_else(|| VulkanError::Invalid("no device arena".into()))?.slice(offset, len)
+}

@@ -1,0 +1,557 @@
+//! One problem, two executors: every opcode and every program in programs/ runs on the CPU
+//! reference and on the Vulkan executor, and the strict-tier outputs must be identical bit for
+//! bit. On a machine without Vulkan these tests skip, unless ADEADVM_REQUIRE_VULKAN=1 (CI),
+//! where a missing device fails them.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use adeadvm::exec::cpu::SimdLevel;
+use adeadvm::isa::{Opcode, OP_INFO};
+use adeadvm::verify::VerifiedProgram;
+use adeadvm::vm::{Backend, HostTensor, VmConfig};
+use common::*;
+use proptest::prelude::*;
+
+fn required() -> bool {
+    std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+}
+
+/// Whether Vulkan tests can run here; fails when they must.
+fn vulkan() -> bool {
+    match adeadvm::vm::shared_device() {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(!required(), "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
+            eprintln!("skipped: {e}");
+            false
+        }
+    }
+}
+
+fn cpu() -> VmConfig {
+    VmConfig { simd: Some(SimdLevel::Scalar), threads: Some(1), backend: Backend::Cpu, ..VmConfig::default() }
+}
+
+fn gpu() -> VmConfig {
+    VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() }
+}
+
+/// Runs on the scalar CPU reference and on Vulkan; panics naming the first differing element.
+fn same_bits(what: &str, program: &Arc<VerifiedProgram>, inputs: &[(&str, HostTensor)]) -> BTreeMap<String, HostTensor> {
+    let want = run_with(program, inputs, cpu()).unwrap_or_else(|e| panic!("{what} on the CPU: {e}"));
+    let got = run_with(program, inputs, gpu()).unwrap_or_else(|e| panic!("{what} on Vulkan: {e}"));
+    assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>(), "{what}: outputs");
+    for (name, w) in &want {
+        let g = &got[name];
+        assert_eq!((w.dtype, &w.shape), (g.dtype, &g.shape), "{what}: output {name}");
+        if w.bytes() != g.bytes() {
+            let size = w.dtype.size();
+            let pos = w.bytes().iter().zip(g.bytes()).position(|(a, b)| a != b).unwrap_or(0) / size;
+            let word = |t: &HostTensor| t.bytes()[pos * size..(pos + 1) * size].to_vec();
+            panic!(
+                "{what}: output {name} ({}) differs at element {pos}: cpu {:02x?}, vulkan {:02x?}",
+                w.dtype.name(),
+                word(w),
+                word(g)
+            );
+        }
+    }
+    want
+}
+
+/// x with special values planted: ±0, ±inf, NaN, denormals, huge and tiny.
+fn awkward(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
+    let mut v = Rng(seed).vec(n, lo, hi);
+    let specials =
+        [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, -1e-39, 3e38, -3e38, 1e-30, 88.7, -87.4];
+    for (i, s) in specials.iter().enumerate() {
+        v[(i * 97 + 5) % n] = *s;
+    }
+    v
+}
+
+/// Every tensor opcode in f32 on awkward shapes (tails, rows longer than 256, broadcasting).
+const F32_OPS: &str = "
+.input %x f32[5, 300]
+.input %w f32[300, 13]
+.input %ids i32[7]
+.const %g f32[300] = rand(1)
+.const %be f32[300] = rand(2)
+.const %bias f32[13] = rand(3)
+.const %col f32[5, 1] = rand(4)
+.const %table f32[9, 300] = rand(5)
+.const %mask f32[1, 300] = rand(6)
+.output un f32[5, 300]
+.output bi f32[5, 300]
+.output sc f32[5, 300]
+.output mm f32[5, 13]
+.output mt f32[13, 5]
+.output bmm f32[3, 5, 7]
+.output sm f32[5, 300]
+.output ln f32[5, 300]
+.output rn f32[5, 300]
+.output rs f32[300]
+.output rm f32[5]
+.output rx f32[5, 1]
+.output tr f32[300, 5]
+.output sl f32[5, 37]
+.output cc f32[5, 337]
+.output ga f32[7, 300]
+.output fi f32[3, 3]
+.output ru f32[1000]
+.output rnrm f32[999]
+.output ld f32[5, 1]
+.output rsh f32[1500]
+    ALLOC %t: f32[5, 300]
+    ALLOC %u: f32[5, 300]
+    EXP %t, %x
+    TANH %u, %t
+    GELU %t, %u
+    SIGMOID %u, %t
+    LOG %t, %u
+    RSQRT %u, %t
+    SQRT %t, %u
+    NEG %u, %t
+    ABS %t, %u
+    RELU %u, %t
+    STORE un, %u
+    ADD %t, %x, %g
+    SUB %u, %t, %col
+    MUL %t, %u, %x
+    DIV %u, %t, %be
+    MAX %t, %u, %x
+    MIN %u, %t, %col
+    STORE bi, %u
+    ADD %t, %x, 1.5
+    SUB %u, %t, -0.25
+    MUL %t, %u, 0.3
+    DIV %u, %t, 7.0
+    MAX %t, %u, -1.0
+    MIN %u, %t, 2.0
+    STORE sc, %u
+    ALLOC %m: f32[5, 13]
+    MATMUL %m, %x, %w, bias=%bias, act=gelu
+    STORE mm, %m
+    FREE %m
+    ALLOC %wt: f32[13, 300]
+    TRANSPOSE %wt, %w, [1, 0]
+    ALLOC %mt: f32[13, 5]
+    MATMUL %mt, %wt, %x, tb=1, act=relu
+    STORE mt, %mt
+    FREE %mt
+    FREE %wt
+    ALLOC %ba: f32[3, 5, 11]
+    RAND %ba, 11, dist=normal
+    ALLOC %bb: f32[11, 7]
+    RAND %bb, 12
+    ALLOC %bm: f32[3, 5, 7]
+    MATMUL %bm, %ba, %bb
+    STORE bmm, %bm
+    FREE %bm
+    FREE %bb
+    FREE %ba
+    SOFTMAX %t, %x, mask=%mask, scale=0.7
+    STORE sm, %t
+    SOFTMAX %t, %t, scale=1.0
+    LAYERNORM %t, %x, gamma=%g, beta=%be, eps=1e-6
+    STORE ln, %t
+    RMSNORM %u, %x, gamma=%g
+    STORE rn, %u
+    ALLOC %rs: f32[300]
+    REDUCE_SUM %rs, %x, 0
+    STORE rs, %rs
+    FREE %rs
+    ALLOC %rm: f32[5]
+    REDUCE_MEAN %rm, %x, -1
+    STORE rm, %rm
+    FREE %rm
+    ALLOC %rx: f32[5, 1]
+    REDUCE_MAX %rx, %x, 1
+    STORE rx, %rx
+    FREE %rx
+    ALLOC %tr: f32[300, 5]
+    TRANSPOSE %tr, %x, [1, 0]
+    STORE tr, %tr
+    FREE %tr
+    ALLOC %sl: f32[5, 37]
+    SLICE %sl, %x, 1, 250
+    STORE sl, %sl
+    ALLOC %cc: f32[5, 337]
+    CONCAT %cc, %x, %sl, -1
+    STORE cc, %cc
+    FREE %cc
+    FREE %sl
+    ALLOC %ga: f32[7, 300]
+    GATHER %ga, %table, %ids
+    STORE ga, %ga
+    FREE %ga
+    ALLOC %fi: f32[3, 3]
+    FILL %fi, -2.75
+    STORE fi, %fi
+    FREE %fi
+    ALLOC %ru: f32[1000]
+    RAND %ru, 99
+    STORE ru, %ru
+    FREE %ru
+    ALLOC %rnrm: f32[999]
+    RAND %rnrm, 7, dist=normal
+    STORE rnrm, %rnrm
+    FREE %rnrm
+    ALLOC %ld: f32[5, 1]
+    LOAD %ld, %col
+    STORE ld, %ld
+    FREE %ld
+    ALLOC %rsh: f32[1500]
+    COPY %u, %x
+    RESHAPE %rsh, %u
+    STORE rsh, %rsh
+    FREE %rsh
+    FREE %t
+    FREE %u
+    GPU_SYNC
+    NOP
+    HALT
+";
+
+/// The 16-bit float and i32 paths: widening, rounding back, packed 16-bit moves, casts in
+/// every direction, integer arithmetic, and a register loop.
+const MIXED_OPS: &str = "
+.input %x f32[3, 37]
+.input %i i32[3, 37]
+.input %ids i32[5]
+.const %k0 f16[37] = rand(1)
+.const %k1 f16[37] = rand(2)
+.const %tb bf16[6, 37] = rand(3)
+.output h f16[3, 37]
+.output hb bf16[3, 37]
+.output hx f32[3, 37]
+.output hm f16[3, 5]
+.output ht f16[37, 3]
+.output hs f16[3, 7]
+.output hc bf16[6, 37]
+.output hg bf16[5, 37]
+.output hf f16[3, 3]
+.output bf bf16[5]
+.output ic i32[3, 37]
+.output ia i32[3, 37]
+.output io i32[3, 37]
+.output ifl i32[4]
+.output hl f16[37]
+.output hr f16[999]
+.output hred f16[3]
+.output hsm bf16[3, 37]
+    ALLOC %h: f16[3, 37]
+    CAST %h, %x
+    ALLOC %h2: f16[3, 37]
+    ADD %h2, %h, %k0
+    EXP %h, %h2
+    MUL %h2, %h, 0.5
+    STORE h, %h2
+    ALLOC %hb: bf16[3, 37]
+    CAST %hb, %h2
+    SIGMOID %hb, %hb
+    STORE hb, %hb
+    ALLOC %hx: f32[3, 37]
+    CAST %hx, %hb
+    STORE hx, %hx
+    ALLOC %hw: f16[37, 5]
+    RAND %hw, 5
+    ALLOC %hm: f16[3, 5]
+    MATMUL %hm, %h2, %hw
+    STORE hm, %hm
+    FREE %hm
+    FREE %hw
+    ALLOC %ht: f16[37, 3]
+    TRANSPOSE %ht, %h2, [1, 0]
+    STORE ht, %ht
+    FREE %ht
+    ALLOC %hs: f16[3, 7]
+    SLICE %hs, %h2, 1, 29
+    STORE hs, %hs
+    FREE %hs
+    ALLOC %hc: bf16[6, 37]
+    CONCAT %hc, %hb, %hb, 0
+    STORE hc, %hc
+    FREE %hc
+    ALLOC %hg: bf16[5, 37]
+    GATHER %hg, %tb, %ids
+    STORE hg, %hg
+    FREE %hg
+    ALLOC %hf: f16[3, 3]
+    FILL %hf, 0.1
+    STORE hf, %hf
+    FREE %hf
+    ALLOC %bf: bf16[5]
+    FILL %bf, -3.3
+    STORE bf, %bf
+    FREE %bf
+    ALLOC %ic: i32[3, 37]
+    CAST %ic, %hx
+    STORE ic, %ic
+    ALLOC %ia: i32[3, 37]
+    ADD %ia, %ic, %i
+    MUL %ic, %ia, %i
+    SUB %ia, %ic, %i
+    MAX %ic, %ia, %i
+    MIN %ia, %ic, %i
+    NEG %ic, %ia
+    ABS %ia, %ic
+    STORE ia, %ia
+    ALLOC %io: i32[3, 37]
+    COPY %io, %ia
+    STORE io, %io
+    FREE %io
+    ALLOC %ifl: i32[4]
+    FILL %ifl, -7.9
+    STORE ifl, %ifl
+    FREE %ifl
+    FREE %ia
+    FREE %ic
+    ALLOC %hl: f16[37]
+    ALLOC %acc: f16[37]
+    FILL %acc, 0.0
+    ISET r0, 0
+    ISET r1, 2
+loop:
+    LOAD %hl, %k0, index=r0, count=2
+    ADD %acc, %acc, %hl
+    IADDI r0, r0, 1
+    ILT r2, r0, r1
+    JNZ r2, loop
+    IADD r3, r0, r1
+    ISUB r4, r3, r1
+    IMUL r5, r4, r4
+    IEQ r6, r5, r3
+    JZ r6, done
+    JMP done
+done:
+    STORE hl, %acc
+    FREE %acc
+    FREE %hl
+    ALLOC %hr: f16[999]
+    RAND %hr, 3, dist=normal
+    STORE hr, %hr
+    FREE %hr
+    ALLOC %hred: f16[3]
+    REDUCE_SUM %hred, %h2, 1
+    STORE hred, %hred
+    FREE %hred
+    ALLOC %hsm: bf16[3, 37]
+    SOFTMAX %hsm, %hb
+    LAYERNORM %hsm, %hsm
+    RMSNORM %hsm, %hsm
+    STORE hsm, %hsm
+    FREE %hsm
+    FREE %hx
+    FREE %hb
+    FREE %h2
+    FREE %h
+";
+
+fn opcodes(p: &VerifiedProgram) -> BTreeSet<Opcode> {
+    p.instructions().iter().map(|i| i.insn.opcode()).collect()
+}
+
+fn program_file(name: &str) -> Arc<VerifiedProgram> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    let options = adeadvm::asm::AsmOptions { defines: Vec::new(), base_dir: dir };
+    let p = adeadvm::asm::assemble(&text, name, &options).unwrap_or_else(|e| panic!("{e}"));
+    Arc::new(adeadvm::verify::verify(adeadvm::format::Program::from_bytes(p.to_bytes()).unwrap()).unwrap())
+}
+
+fn data(name: &str) -> HostTensor {
+    adeadvm::npy::read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/data").join(name), None).unwrap()
+}
+
+fn mixed_inputs() -> Vec<(&'static str, HostTensor)> {
+    let x = awkward(3 * 37, 21, -6.0, 6.0);
+    let ints: Vec<i32> = (0..3 * 37).map(|k| (k as i32 - 50) * 40_000_001).collect();
+    vec![("x", f32s(&[3, 37], &x)), ("i", i32s(&[3, 37], &ints)), ("ids", i32s(&[5], &[5, 0, 3, 3, 1]))]
+}
+
+#[test]
+fn every_opcode_gives_the_cpu_bits_on_vulkan() {
+    if !vulkan() {
+        return;
+    }
+    let f32_ops = build(F32_OPS);
+    let x = awkward(5 * 300, 7, -20.0, 20.0);
+    let w = Rng(8).vec(300 * 13, -1.0, 1.0);
+    let ids = [8, 0, 3, 3, 7, 1, 2];
+    same_bits("f32 opcodes", &f32_ops, &[("x", f32s(&[5, 300], &x)), ("w", f32s(&[300, 13], &w)), ("ids", i32s(&[7], &ids))]);
+    let mixed = build(MIXED_OPS);
+    same_bits("16-bit and i32 opcodes", &mixed, &mixed_inputs());
+
+    // Coverage: every opcode of the ISA appears in these programs or in kernel.s (KERNEL).
+    let mut seen = opcodes(&f32_ops);
+    seen.extend(opcodes(&mixed));
+    seen.extend(opcodes(&program_file("kernel.s")));
+    let missing: Vec<&str> = OP_INFO.iter().filter(|i| !seen.contains(&i.opcode)).map(|i| i.name).collect();
+    assert!(missing.is_empty(), "opcodes not covered by the Vulkan suite: {missing:?}");
+}
+
+#[test]
+fn example_programs_give_the_cpu_bits_on_vulkan() {
+    if !vulkan() {
+        return;
+    }
+    same_bits("mlp.s", &program_file("mlp.s"), &[("x", data("mlp_x.npy"))]);
+    same_bits("attention.s", &program_file("attention.s"), &[("x", data("attention_x.npy")), ("mask", data("attention_mask.npy"))]);
+    same_bits("ffn.s", &program_file("ffn.s"), &[("x", data("ffn_x.npy"))]);
+    same_bits("loop.s", &program_file("loop.s"), &[("x", data("loop_x.npy"))]);
+}
+
+#[test]
+fn kernel_program_runs_user_spirv() {
+    if !vulkan() {
+        return;
+    }
+    let p = program_file("kernel.s");
+    let x = Rng(3).vec(1024, -100.0, 100.0);
+    let outs = run_with(&p, &[("x", f32s(&[1024], &x))], gpu()).unwrap();
+    let y = outs["y"].to_f32().unwrap();
+    // y = 2x is exact in binary floating point.
+    for (i, (&a, &b)) in x.iter().zip(&y).enumerate() {
+        assert_eq!((a * 2.0).to_bits(), b.to_bits(), "y[{i}]");
+    }
+    // Without a device, the CPU says what KERNEL needs.
+    let err = run_with(&p, &[("x", f32s(&[1024], &x))], cpu()).unwrap_err();
+    assert!(err.contains("KERNEL runs user SPIR-V, which needs the Vulkan executor (run with --backend vulkan)"), "{err}");
+}
+
+#[test]
+fn placement_hints_move_data_between_cpu_and_gpu() {
+    if !vulkan() {
+        return;
+    }
+    // Alternating hints force a download or an upload between most instructions; STORE reads
+    // whichever side holds the data.
+    let src = "
+.input %x f32[4, 300]
+.const %g f32[300] = rand(1)
+.output a f32[4, 300]
+.output b f32[4, 300]
+    ALLOC %t: f32[4, 300]
+    ALLOC %u: f32[4, 300]
+    EXP@gpu %t, %x
+    ADD@cpu %u, %t, %g
+    STORE a, %u
+    SOFTMAX@gpu %t, %u
+    MUL@cpu %u, %t, %t
+    LAYERNORM@gpu %t, %u, gamma=%g
+    TANH@cpu %u, %t
+    GELU@gpu %t, %u
+    STORE b, %t
+    FREE %t
+    FREE %u
+";
+    let p = build(src);
+    let x = awkward(1200, 5, -5.0, 5.0);
+    same_bits("hinted", &p, &[("x", f32s(&[4, 300], &x))]);
+    // And a second run of the same VM (inputs and weights already on the device).
+    let mut vm = adeadvm::vm::Vm::new(p.clone(), gpu()).unwrap();
+    vm.set_input("x", f32s(&[4, 300], &x)).unwrap();
+    vm.run().unwrap();
+    let first = vm.output("b").unwrap().clone();
+    vm.run().unwrap();
+    assert_eq!(vm.output("b").unwrap(), &first);
+    let x2 = awkward(1200, 6, -5.0, 5.0);
+    vm.set_input("x", f32s(&[4, 300], &x2)).unwrap();
+    vm.run().unwrap();
+    let want = run_with(&p, &[("x", f32s(&[4, 300], &x2))], cpu()).unwrap();
+    assert_eq!(vm.output("b").unwrap(), &want["b"], "a rebound input is uploaded again");
+}
+
+#[test]
+fn gather_out_of_range_is_the_same_error_on_vulkan() {
+    if !vulkan() {
+        return;
+    }
+    let src = ".input %ids i32[3]\n.const %table f32[4, 2] = zeros\n.output e f32[3, 2]\nALLOC %e: f32[3, 2]\nGATHER %e, %table, %ids\nSTORE e, %e\nFREE %e\n";
+    let p = build(src);
+    let err = run_with(&p, &[("ids", i32s(&[3], &[1, 4, -1]))], gpu()).unwrap_err();
+    assert_eq!(
+        err,
+        "instruction 1 (line 5, GATHER): on the GPU: index 4 at position 1 of `ids` is outside the table's 4 rows"
+    );
+}
+
+#[test]
+fn record_on_cpu_replay_on_vulkan_is_identical() {
+    if !vulkan() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("run.trace");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let exe = env!("CARGO_BIN_EXE_adeadvm");
+    let rec = Command::new(exe)
+        .current_dir(root)
+        .args(["run", "programs/attention.s", "--backend", "cpu", "--record"])
+        .arg(&trace)
+        .args(["--input", "x=programs/data/attention_x.npy", "--input", "mask=programs/data/attention_mask.npy"])
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
+    let rep = Command::new(exe)
+        .current_dir(root)
+        .args(["replay", "programs/attention.s"])
+        .arg(&trace)
+        .args(["--backend", "vulkan"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&rep.stdout);
+    assert!(rep.status.success(), "{out}{}", String::from_utf8_lossy(&rep.stderr));
+    assert!(out.starts_with("identical: all ") && out.contains("(replayed on vulkan)"), "{out}");
+}
+
+/// A random chain of float opcodes over a few [R, C] tensors.
+fn random_program(ops: &[(u8, u8, u8, u8)], r: usize, c: usize) -> String {
+    let mut s = format!(
+        ".input %x f32[{r}, {c}]\n.const %g f32[{c}] = rand(9)\n.output y f32[{r}, {c}]\nALLOC %a: f32[{r}, {c}]\nALLOC %b: f32[{r}, {c}]\nCOPY %a, %x\nCOPY %b, %x\n"
+    );
+    let t = |k: u8| ["%a", "%b", "%x", "%g"][k as usize % 4];
+    for &(op, d, a, b) in ops {
+        let dst = ["%a", "%b"][d as usize % 2];
+        let (a, b) = (t(a), t(b));
+        let a = if a == "%g" { "%x" } else { a };
+        s += &match op % 12 {
+            0 => format!("ADD {dst}, {a}, {b}\n"),
+            1 => format!("MUL {dst}, {a}, {b}\n"),
+            2 => format!("DIV {dst}, {a}, {b}\n"),
+            3 => format!("TANH {dst}, {a}\n"),
+            4 => format!("EXP {dst}, {a}\n"),
+            5 => format!("SOFTMAX {dst}, {a}, scale=0.5\n"),
+            6 => format!("LAYERNORM {dst}, {a}, gamma=%g\n"),
+            7 => format!("RMSNORM {dst}, {a}\n"),
+            8 => format!("SUB {dst}, {a}, 0.75\n"),
+            9 => format!("GELU {dst}, {a}\n"),
+            10 => format!("MAX {dst}, {a}, {b}\n"),
+            _ => format!("SQRT {dst}, {a}\n"),
+        };
+    }
+    s + "STORE y, %a\nFREE %a\nFREE %b\n"
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #[test]
+    fn random_programs_give_the_cpu_bits_on_vulkan(
+        ops in proptest::collection::vec((any::<u8>(), any::<u8>(), any::<u8>(), any::<u8>()), 1..12),
+        r in 1usize..6,
+        c in 1usize..300,
+        seed in any::<u64>(),
+    ) {
+        if vulkan() {
+            let p = build(&random_program(&ops, r, c));
+            let x = awkward((r * c).max(16), seed, -4.0, 4.0);
+            same_bits("random program", &p, &[("x", f32s(&[r, c], &x[..r * c]))]);
+        }
+    }
+}
