@@ -225,12 +225,33 @@ fn empty_and_mismatched_inputs() {
 
 #[test]
 fn reflected_interfaces() {
+    // (name, storage-buffer bindings, push-constant bytes) of the kernels whose launchers fix them.
+    let known: &[(&str, u32, u32)] = &[
+        ("unary", 2, 12),
+        ("binary", 3, 112),
+        ("binary_scalar", 2, 12),
+        ("binary_i32", 3, 112),
+        ("unary_i32", 2, 8),
+        ("fill", 1, 8),
+        ("rand", 1, 20),
+        ("cast", 2, 16),
+        ("unpack16", 2, 4),
+        ("pack16", 2, 4),
+        ("strided_copy", 2, 112),
+        ("gather", 4, 20),
+    ];
     for (name, bytes) in SHADERS {
         let words = vulkan::spirv_words(bytes).unwrap();
         let i = vulkan::reflect(&words).unwrap();
-        let want = if *name == "binary" { vec![0, 1, 2] } else { vec![0, 1] };
-        assert_eq!(i.bindings, want, "{name}");
-        assert_eq!(i.push_bytes, 12, "{name}");
+        // Every kernel: bindings 0..k (dst first, no gaps) and at most 128 push-constant bytes.
+        assert_eq!(i.bindings, (0..i.bindings.len() as u32).collect::<Vec<_>>(), "{name}");
+        assert!(i.push_bytes <= 128 && i.push_bytes % 4 == 0, "{name}: {} push bytes", i.push_bytes);
+        if let Some(&(_, b, p)) = known.iter().find(|k| k.0 == *name) {
+            assert_eq!((i.bindings.len() as u32, i.push_bytes), (b, p), "{name}");
+        }
+    }
+    for (name, ..) in known {
+        assert!(SHADERS.iter().any(|s| s.0 == *name), "{name} is not embedded");
     }
     let e = vulkan::spirv_words(&[1, 2, 3, 4]).unwrap_err();
     assert!(e.contains("not a SPIR-V module"), "{e}");
@@ -277,12 +298,33 @@ fn committed_spirv_is_current() {
     assert_eq!(sources, SHADERS.len(), "every shaders/*.comp is embedded, and only those");
 }
 
+/// Kernels that only move or convert bits with integer operations: they must contain no float
+/// arithmetic at all (so none can be contracted or rounded by a driver).
+const INTEGER_ONLY: &[&str] =
+    &["binary_i32", "unary_i32", "fill", "cast", "unpack16", "pack16", "strided_copy", "gather"];
+
 #[test]
 fn strict_shaders_never_contract() {
     use rspirv::dr::Operand;
     use rspirv::spirv::{Decoration, Op};
     for (name, bytes) in SHADERS {
         let module = rspirv::dr::load_words(vulkan::spirv_words(bytes).unwrap()).unwrap();
+        // Result types that are integers (or integer vectors): extended instructions on them
+        // (findMSB and the like) are exact, unlike the float ones.
+        let int_types: std::collections::HashSet<u32> = {
+            let ints: std::collections::HashSet<u32> = module
+                .types_global_values
+                .iter()
+                .filter(|t| t.class.opcode == Op::TypeInt)
+                .filter_map(|t| t.result_id)
+                .collect();
+            let vectors = module.types_global_values.iter().filter(|t| {
+                t.class.opcode == Op::TypeVector
+                    && matches!(t.operands.first(), Some(Operand::IdRef(c)) if ints.contains(c))
+            });
+            let vectors: Vec<u32> = vectors.filter_map(|t| t.result_id).collect();
+            ints.into_iter().chain(vectors).collect()
+        };
         let precise: std::collections::HashSet<u32> = module
             .annotations
             .iter()
@@ -306,15 +348,21 @@ fn strict_shaders_never_contract() {
                             i.class.opcode
                         );
                     }
+                    let float_ext = i.class.opcode == Op::ExtInst
+                        && !i.result_type.is_some_and(|t| int_types.contains(&t));
                     assert!(
-                        !matches!(i.class.opcode, Op::FDiv | Op::FMod | Op::FRem | Op::ExtInst),
-                        "{name}: strict shaders must not use {:?} (vendor-rounded)",
+                        !matches!(i.class.opcode, Op::FDiv | Op::FMod | Op::FRem) && !float_ext,
+                        "{name}: strict shaders must not use {:?} on floats (vendor-rounded)",
                         i.class.opcode
                     );
                 }
             }
         }
-        assert!(arith > 0, "{name}: no float arithmetic found; the check would be vacuous");
+        if INTEGER_ONLY.contains(name) {
+            assert_eq!(arith, 0, "{name}: an integer-only kernel does float arithmetic");
+        } else {
+            assert!(arith > 0, "{name}: no float arithmetic found; the check would be vacuous");
+        }
     }
 }
 

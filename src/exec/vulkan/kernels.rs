@@ -14,6 +14,15 @@ pub const SHADERS: &[(&str, &[u8])] = &[
     ("unary", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/unary.spv"))),
     ("binary", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary.spv"))),
     ("binary_scalar", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary_scalar.spv"))),
+    ("binary_i32", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary_i32.spv"))),
+    ("unary_i32", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/unary_i32.spv"))),
+    ("fill", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/fill.spv"))),
+    ("rand", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rand.spv"))),
+    ("cast", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/cast.spv"))),
+    ("unpack16", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/unpack16.spv"))),
+    ("pack16", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/pack16.spv"))),
+    ("strided_copy", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/strided_copy.spv"))),
+    ("gather", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gather.spv"))),
 ];
 
 /// The built-in kernels of one device, each pipeline built on first use and kept.

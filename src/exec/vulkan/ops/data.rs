@@ -1,0 +1,497 @@
+//! Launchers of the data-movement and elementwise kernels (strict tier): unary and binary float
+//! math, their i32 forms, FILL, RAND, CAST, the 16-bit pack/unpack moves, strided copies (COPY,
+//! RESHAPE, SLICE, CONCAT, TRANSPOSE) and GATHER.
+//!
+//! Each launcher checks its arguments (ranks, sizes, that every word it touches lies inside its
+//! slice, that counts fit the kernels' u32 indices) and returns [`VulkanError::Invalid`] rather
+//! than record a dispatch that would read or write out of bounds. An empty output records
+//! nothing. Every kernel is a grid-stride loop over its items, dispatched with
+//! [`groups_for`], so any size runs within the device's workgroup-count limit.
+//!
+//! Every result is bit for bit the CPU reference's: `exec::cpu::reference`, `numerics`,
+//! `rand::fill_strict` and the VM's CAST (see each function). Operands are 32-bit words;
+//! 16-bit float tensors are packed two per word (element 2k in the low half).
+
+use std::sync::Arc;
+
+use crate::exec::cpu::reference::{broadcast_strides, Binary, Unary};
+use crate::exec::vulkan::{
+    binary_op_code, groups_for, unary_op_code, Binding, Kernel, Kernels, Recorder, Slice, VulkanError,
+    LOCAL_SIZE,
+};
+use crate::isa::{DType, Dist};
+
+/// Most axes a strided or broadcasting kernel takes (its push constants hold 8 per operand).
+pub const MAX_RANK: usize = 8;
+
+fn invalid(what: String) -> VulkanError {
+    VulkanError::Invalid(what)
+}
+
+/// `v` as a u32 push constant, or an error naming `what`.
+fn to_u32(v: u64, what: &str) -> Result<u32, VulkanError> {
+    u32::try_from(v).map_err(|_| invalid(format!("{what} = {v} does not fit the kernels' 32-bit indices")))
+}
+
+/// Checks that `s` holds at least `words` 32-bit words.
+fn fits(s: &Slice, role: &str, words: u64) -> Result<(), VulkanError> {
+    let have = s.len.div_ceil(4);
+    if have < words {
+        return Err(invalid(format!("{role} holds {have} 32-bit words; the operation needs {words}")));
+    }
+    Ok(())
+}
+
+/// Elements of `shape` (None on overflow).
+fn count(shape: &[usize]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+}
+
+fn check_rank(shape: &[usize], what: &str) -> Result<(), VulkanError> {
+    if shape.len() > MAX_RANK {
+        return Err(invalid(format!(
+            "{what} has rank {}; kernels take at most {MAX_RANK} axes",
+            shape.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Records one dispatch of kernel `name` over `items` grid-stride items.
+fn launch(
+    k: &Kernels,
+    rec: &mut Recorder,
+    name: &'static str,
+    bindings: &[Binding],
+    push: &[u32],
+    items: u64,
+) -> Result<(), VulkanError> {
+    let kernel: Arc<Kernel> = k.get(name)?;
+    let groups = groups_for(rec.device(), items, LOCAL_SIZE);
+    rec.dispatch(&kernel, bindings, push, groups)
+}
+
+/// Drops size-1 axes and merges neighbouring axes that every operand walks contiguously (axis
+/// d-1 and d merge when each operand's stride of d-1 is its stride of d times the size of d),
+/// so the kernels do less index arithmetic: equal shapes become rank 1, a row broadcast rank 2.
+/// The addresses visited, in row-major order, are unchanged.
+fn collapse<const K: usize>(shape: &[usize], strides: [&[usize]; K]) -> (Vec<usize>, [Vec<usize>; K]) {
+    let mut sh: Vec<usize> = Vec::with_capacity(shape.len());
+    let mut st: [Vec<usize>; K] = std::array::from_fn(|_| Vec::with_capacity(shape.len()));
+    for (d, &size) in shape.iter().enumerate() {
+        if size == 1 {
+            continue;
+        }
+        let merges =
+            !sh.is_empty() && (0..K).all(|o| st[o].last().copied() == strides[o][d].checked_mul(size));
+        if merges {
+            if let Some(last) = sh.last_mut() {
+                *last *= size;
+            }
+            for o in 0..K {
+                if let Some(last) = st[o].last_mut() {
+                    *last = strides[o][d];
+                }
+            }
+        } else {
+            sh.push(size);
+            for o in 0..K {
+                st[o].push(strides[o][d]);
+            }
+        }
+    }
+    (sh, st)
+}
+
+/// An axis list of at most 8 values as the kernels' two uvec4 push constants.
+fn axes8(v: &[usize], what: &str) -> Result<[u32; 8], VulkanError> {
+    let mut out = [0u32; 8];
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = to_u32(x as u64, what)?;
+    }
+    Ok(out)
+}
+
+/// The largest offset `offset + Σ (shape[d] - 1) · strides[d]` a strided walk reaches
+/// (`shape` has no zero axis), or None on overflow.
+fn last_offset(offset: usize, shape: &[usize], strides: &[usize]) -> Option<u64> {
+    shape
+        .iter()
+        .zip(strides)
+        .try_fold(offset as u64, |acc, (&n, &s)| acc.checked_add((n as u64 - 1).checked_mul(s as u64)?))
+}
+
+/// `dst = op(x)` over `n` f32 elements (UNARY opcodes: NEG, ABS, SQRT, RSQRT, EXP, LOG, RELU,
+/// SIGMOID, TANH, GELU), each element `reference::Unary::apply` — the strict functions of
+/// `numerics` repeated in shaders/include/strict.glsl.
+pub fn unary(
+    k: &Kernels,
+    rec: &mut Recorder,
+    op: Unary,
+    dst: &Slice,
+    x: &Slice,
+    n: usize,
+) -> Result<(), VulkanError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n as u64, "the element count")?;
+    fits(dst, "the destination", n as u64)?;
+    fits(x, "the source", n as u64)?;
+    launch(k, rec, "unary", &[Binding::write(dst), Binding::read(x)], &[n32, unary_op_code(op), 0], n as u64)
+}
+
+/// `dst = -x` (`neg`) or `|x|` over `n` i32 elements, wrapping like Rust's `wrapping_neg` /
+/// `wrapping_abs` (so i32::MIN maps to itself): the VM's NEG and ABS on i32 tensors.
+pub fn unary_i32(
+    k: &Kernels,
+    rec: &mut Recorder,
+    neg: bool,
+    dst: &Slice,
+    x: &Slice,
+    n: usize,
+) -> Result<(), VulkanError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n as u64, "the element count")?;
+    fits(dst, "the destination", n as u64)?;
+    fits(x, "the source", n as u64)?;
+    launch(k, rec, "unary_i32", &[Binding::write(dst), Binding::read(x)], &[n32, u32::from(neg)], n as u64)
+}
+
+/// Push constants of the broadcasting binary kernels: {n, op, rank, 0, shape[8], a strides[8],
+/// b strides[8]} after checking the shapes (numpy rules, operands aligned at the last axis,
+/// rank <= 8) and the slices' sizes. None when the output is empty.
+#[allow(clippy::too_many_arguments)]
+fn broadcast_push(
+    op: Binary,
+    dst: &Slice,
+    a: &Slice,
+    a_shape: &[usize],
+    b: &Slice,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<Option<(Vec<u32>, u64)>, VulkanError> {
+    check_rank(out_shape, "the output")?;
+    for (what, s) in [("a", a_shape), ("b", b_shape)] {
+        let lead = out_shape.len().checked_sub(s.len()).ok_or_else(|| {
+            invalid(format!("operand {what} of shape {s:?} has more axes than the output {out_shape:?}"))
+        })?;
+        if s.iter().zip(&out_shape[lead..]).any(|(&x, &o)| x != o && x != 1) {
+            return Err(invalid(format!(
+                "operand {what} of shape {s:?} does not broadcast to {out_shape:?}"
+            )));
+        }
+    }
+    let n = count(out_shape).ok_or_else(|| invalid(format!("the output shape {out_shape:?} overflows")))?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let n32 = to_u32(n, "the output's element count")?;
+    fits(dst, "the destination", n)?;
+    // Non-empty output: every operand axis is its output axis or 1, so no operand is empty.
+    fits(a, "operand a", count(a_shape).unwrap_or(u64::MAX))?;
+    fits(b, "operand b", count(b_shape).unwrap_or(u64::MAX))?;
+    let (sa, sb) = (broadcast_strides(a_shape, out_shape), broadcast_strides(b_shape, out_shape));
+    let (shape, [sa, sb]) = collapse(out_shape, [&sa, &sb]);
+    let mut push = vec![n32, binary_op_code(op), shape.len() as u32, 0];
+    push.extend(axes8(&shape, "an axis size")?);
+    push.extend(axes8(&sa, "a stride")?);
+    push.extend(axes8(&sb, "a stride")?);
+    Ok(Some((push, n)))
+}
+
+/// `dst = op(a, b)` on f32 with numpy broadcasting (ADD, SUB, MUL, DIV, MAX, MIN):
+/// `reference::binary`. `a_shape` and `b_shape` may have fewer axes than `out_shape` (aligned
+/// at the last axis) and size-1 axes; ranks are at most [`MAX_RANK`].
+#[allow(clippy::too_many_arguments)]
+pub fn binary(
+    k: &Kernels,
+    rec: &mut Recorder,
+    op: Binary,
+    dst: &Slice,
+    a: &Slice,
+    a_shape: &[usize],
+    b: &Slice,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<(), VulkanError> {
+    let Some((push, n)) = broadcast_push(op, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
+    launch(k, rec, "binary", &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, n)
+}
+
+/// `dst = op(a, b)` on i32 with numpy broadcasting: `reference::binary_i32` — add, sub and mul
+/// wrap, max and min compare signed, and DIV (not an i32 operation in the ISA, so
+/// `Binary::apply_i32` gives None and the reference writes 0) writes 0. No case fails, so no
+/// status word is needed.
+#[allow(clippy::too_many_arguments)]
+pub fn binary_i32(
+    k: &Kernels,
+    rec: &mut Recorder,
+    op: Binary,
+    dst: &Slice,
+    a: &Slice,
+    a_shape: &[usize],
+    b: &Slice,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<(), VulkanError> {
+    let Some((push, n)) = broadcast_push(op, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
+    launch(k, rec, "binary_i32", &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, n)
+}
+
+/// `dst = op(a, s)` over `n` f32 elements for a scalar immediate (ADD_S … MIN_S):
+/// `reference::binary_scalar`.
+pub fn binary_scalar(
+    k: &Kernels,
+    rec: &mut Recorder,
+    op: Binary,
+    dst: &Slice,
+    a: &Slice,
+    s: f32,
+    n: usize,
+) -> Result<(), VulkanError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n as u64, "the element count")?;
+    fits(dst, "the destination", n as u64)?;
+    fits(a, "the source", n as u64)?;
+    let push = [n32, binary_op_code(op), s.to_bits()];
+    launch(k, rec, "binary_scalar", &[Binding::write(dst), Binding::read(a)], &push, n as u64)
+}
+
+/// Sets each of the first `n` 32-bit words of `dst` to `bits` (FILL: the VM passes the bits of
+/// `numerics::canon(value)` for f32, the i32's bits for i32, or a 16-bit pattern in both halves
+/// over the packed words).
+pub fn fill(k: &Kernels, rec: &mut Recorder, dst: &Slice, n: usize, bits: u32) -> Result<(), VulkanError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n as u64, "the word count")?;
+    fits(dst, "the destination", n as u64)?;
+    launch(k, rec, "fill", &[Binding::write(dst)], &[n32, bits], n as u64)
+}
+
+/// `dst[i] = rand::philox_uniform(seed, i)` or `philox_normal(seed, i)` for i in 0..n, as f32:
+/// `rand::fill_strict` (RAND).
+pub fn rand(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    n: usize,
+    seed: u32,
+    dist: Dist,
+) -> Result<(), VulkanError> {
+    rand_at(k, rec, dst, n, seed, dist, 0)
+}
+
+/// Like [`rand`] for elements `first .. first + n` of a larger random tensor: `dst[i]` is the
+/// value of element `first + i`. The element index is 64 bits in the kernel (Philox counter
+/// words 0 and 1), so a tensor filled in pieces past 2^32 elements equals one filled at once.
+#[allow(clippy::too_many_arguments)]
+pub fn rand_at(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    n: usize,
+    seed: u32,
+    dist: Dist,
+    first: u64,
+) -> Result<(), VulkanError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n as u64, "the element count")?;
+    if first.checked_add(n as u64 - 1).is_none() {
+        return Err(invalid(format!("random elements {first} + {n} pass 2^64")));
+    }
+    fits(dst, "the destination", n as u64)?;
+    let dist = match dist {
+        Dist::Uniform => 0,
+        Dist::Normal => 1,
+    };
+    let push = [n32, seed, dist, first as u32, (first >> 32) as u32];
+    launch(k, rec, "rand", &[Binding::write(dst)], &push, n as u64)
+}
+
+/// The kernels' code of a dtype (shaders/cast.comp).
+fn dtype_code(d: DType) -> u32 {
+    match d {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::Bf16 => 2,
+        DType::I32 => 3,
+    }
+}
+
+/// 32-bit words that `n` elements of `d` occupy.
+fn words_of(d: DType, n: u64) -> u64 {
+    if d.size() == 2 {
+        n.div_ceil(2)
+    } else {
+        n
+    }
+}
+
+/// `dst = src` converted from `src_dtype` to `dst_dtype` over `n` elements, any pair of f32,
+/// f16, bf16 and i32, exactly as the VM's CAST on the CPU:
+/// - i32 → i32 copies; i32 → float rounds to the nearest f32 (ties to even, Rust `as`) and then
+///   to f16/bf16;
+/// - float → i32 widens to f32, then truncates toward zero, saturating, NaN → 0 (Rust `as`);
+/// - float → float widens to f32 (exactly; bf16 denormals flush), canonicalizes (denormals
+///   flush, NaN canonical) and rounds to nearest even into the destination format.
+///
+/// The same kernel widens 16-bit float operands to f32 before an f32 kernel and rounds results
+/// back (the VM's `float_op`). 16-bit data is packed two per word; a 16-bit destination is
+/// written a whole word per invocation, with the upper half of the last word 0 for odd `n`.
+#[allow(clippy::too_many_arguments)]
+pub fn cast(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    dst_dtype: DType,
+    src: &Slice,
+    src_dtype: DType,
+    n: usize,
+) -> Result<(), VulkanError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n as u64, "the element count")?;
+    let items = words_of(dst_dtype, n as u64);
+    fits(dst, "the destination", items)?;
+    fits(src, "the source", words_of(src_dtype, n as u64))?;
+    let push = [items as u32, n32, dtype_code(src_dtype), dtype_code(dst_dtype)];
+    launch(k, rec, "cast", &[Binding::write(dst), Binding::read(src)], &push, items)
+}
+
+/// `dst[i] = ` 16-bit element i of the packed `src`, zero-extended to 32 bits, for i in 0..n
+/// (raw bits; with [`pack16`] it moves 16-bit tensors through the 32-bit move kernels).
+pub fn unpack16(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    src: &Slice,
+    n: usize,
+) -> Result<(), VulkanError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n as u64, "the element count")?;
+    fits(dst, "the destination", n as u64)?;
+    fits(src, "the source", (n as u64).div_ceil(2))?;
+    launch(k, rec, "unpack16", &[Binding::write(dst), Binding::read(src)], &[n32], n as u64)
+}
+
+/// Packs the low 16 bits of `src[0..n]` two per word into `dst` (element 2k in the low half;
+/// for odd `n` the upper half of the last word is 0): the inverse of [`unpack16`].
+pub fn pack16(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    src: &Slice,
+    n: usize,
+) -> Result<(), VulkanError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n as u64, "the element count")?;
+    let words = (n as u64).div_ceil(2);
+    fits(dst, "the destination", words)?;
+    fits(src, "the source", n as u64)?;
+    launch(k, rec, "pack16", &[Binding::write(dst), Binding::read(src)], &[n32], words)
+}
+
+/// For every multi-index `c` over `shape` (rank <= 8; rank 0 is one element):
+/// `dst[dst_offset + Σ c·dst_strides] = src[src_offset + Σ c·src_strides]`, 32-bit elements
+/// copied as bits; offsets and strides count elements. The VM builds COPY/RESHAPE, SLICE,
+/// CONCAT (one launch per operand into one `dst`) and TRANSPOSE from it; 16-bit tensors go
+/// through [`unpack16`] and [`pack16`]. Every address reached must lie inside its slice.
+#[allow(clippy::too_many_arguments)]
+pub fn strided_copy(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    dst_offset: usize,
+    dst_strides: &[usize],
+    src: &Slice,
+    src_offset: usize,
+    src_strides: &[usize],
+    shape: &[usize],
+) -> Result<(), VulkanError> {
+    check_rank(shape, "the copied shape")?;
+    if dst_strides.len() != shape.len() || src_strides.len() != shape.len() {
+        return Err(invalid(format!(
+            "a strided copy over shape {shape:?} needs {} strides per side; given {} (dst) and {} (src)",
+            shape.len(),
+            dst_strides.len(),
+            src_strides.len()
+        )));
+    }
+    let n = count(shape).ok_or_else(|| invalid(format!("the copied shape {shape:?} overflows")))?;
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n, "the element count")?;
+    let overflow = || invalid("a strided copy's addresses overflow".to_string());
+    fits(dst, "the destination", last_offset(dst_offset, shape, dst_strides).ok_or_else(overflow)? + 1)?;
+    fits(src, "the source", last_offset(src_offset, shape, src_strides).ok_or_else(overflow)? + 1)?;
+    let (sh, [ds, ss]) = collapse(shape, [dst_strides, src_strides]);
+    let mut push = vec![
+        n32,
+        sh.len() as u32,
+        to_u32(dst_offset as u64, "the destination offset")?,
+        to_u32(src_offset as u64, "the source offset")?,
+    ];
+    push.extend(axes8(&sh, "an axis size")?);
+    push.extend(axes8(&ds, "a destination stride")?);
+    push.extend(axes8(&ss, "a source stride")?);
+    launch(k, rec, "strided_copy", &[Binding::write(dst), Binding::read(src)], &push, n)
+}
+
+/// GATHER: `dst[i, :] = table[indices[i], :]` for i in 0..count, rows of `row` 32-bit words,
+/// `table` of `rows` rows, `indices` i32. An index outside `0..rows` is never read through; the
+/// kernel writes the smallest position holding one into `status[slot]` with atomicMin (the
+/// caller fills the status word with 0xFFFFFFFF first and, after the batch, reports
+/// "index {v} at position {pos}" when it changed, as the CPU reference's first bad index). Rows
+/// of bad positions are left unwritten. Indices are checked even when `row` is 0.
+#[allow(clippy::too_many_arguments)]
+pub fn gather(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    table: &Slice,
+    rows: usize,
+    row: usize,
+    indices: &Slice,
+    count: usize,
+    status: &Slice,
+    slot: u32,
+) -> Result<(), VulkanError> {
+    if count == 0 {
+        return Ok(());
+    }
+    let total = (count as u64)
+        .checked_mul(row as u64)
+        .ok_or_else(|| invalid(format!("{count} rows of {row} words overflow")))?;
+    let table_words = (rows as u64)
+        .checked_mul(row as u64)
+        .ok_or_else(|| invalid(format!("a table of {rows} rows of {row} words overflows")))?;
+    let push = [
+        to_u32(total, "the gathered word count")?,
+        to_u32(count as u64, "the index count")?,
+        to_u32(rows as u64, "the table's row count")?,
+        to_u32(row as u64, "the row length")?,
+        slot,
+    ];
+    to_u32(table_words, "the table's word count")?;
+    fits(dst, "the destination", total)?;
+    fits(table, "the table", table_words)?;
+    fits(indices, "the indices", count as u64)?;
+    fits(status, "the status buffer", u64::from(slot) + 1)?;
+    let bindings =
+        [Binding::write(dst), Binding::read(table), Binding::read(indices), Binding::write(status)];
+    launch(k, rec, "gather", &bindings, &push, total.max(count as u64))
+}

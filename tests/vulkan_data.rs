@@ -1,0 +1,669 @@
+//! Vulkan data-movement and elementwise launchers (`exec::vulkan::ops::data`) against the CPU
+//! reference, bit for bit: f32 results are compared as u32 bits, on random shapes (odd sizes,
+//! tails past a workgroup, broadcasting with rank mismatch and size-1 axes, empty tensors) and
+//! values (denormals, ±inf, NaN payloads, -0.0, huge and extreme integers). CAST is checked
+//! against the VM itself running a CAST instruction on the CPU.
+//!
+//! With no Vulkan device these tests print "skipped: ..." and pass, unless
+//! ADEADVM_REQUIRE_VULKAN=1 (CI), where a missing device fails them.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use adeadvm::exec::cpu::reference::{self as r, Binary, Unary};
+use adeadvm::exec::vulkan::ops::data;
+use adeadvm::exec::vulkan::{Recorder, Slice, VulkanError, VulkanExec};
+use adeadvm::isa::{DType, Dist};
+use adeadvm::vm::HostTensor;
+use proptest::prelude::*;
+use proptest::sample::select;
+
+const UNARY: [Unary; 10] = [
+    Unary::Neg,
+    Unary::Abs,
+    Unary::Sqrt,
+    Unary::Rsqrt,
+    Unary::Exp,
+    Unary::Log,
+    Unary::Relu,
+    Unary::Sigmoid,
+    Unary::Tanh,
+    Unary::Gelu,
+];
+const BINARY: [Binary; 6] = [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min];
+
+fn required() -> bool {
+    std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+}
+
+/// The shared executor, or None (after printing why) when there is no device and none is required.
+fn exec() -> Option<&'static VulkanExec> {
+    static EXEC: OnceLock<Result<VulkanExec, String>> = OnceLock::new();
+    match EXEC.get_or_init(|| VulkanExec::new().map_err(|e| e.to_string())) {
+        Ok(e) => Some(e),
+        Err(reason) if required() => panic!("ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {reason}"),
+        Err(reason) => {
+            println!("skipped: no Vulkan device ({reason})");
+            None
+        }
+    }
+}
+
+/// One batch: `record` gets the kernels, a recorder and an output slice of `out_words` words;
+/// `inputs` are uploaded first (in order). Returns the output's words after the batch.
+fn run(
+    ex: &VulkanExec,
+    inputs: &[&[u32]],
+    out_words: usize,
+    record: impl FnOnce(
+        &adeadvm::exec::vulkan::Kernels,
+        &mut Recorder,
+        &Slice,
+        &[Slice],
+    ) -> Result<(), VulkanError>,
+) -> Vec<u32> {
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let ins: Vec<Slice> =
+        inputs.iter().map(|x| ex.upload(&mut rec, bytemuck::cast_slice(x)).unwrap()).collect();
+    let out = ex.alloc(out_words as u64 * 4).unwrap();
+    record(ex.kernels(), &mut rec, &out, &ins).unwrap();
+    bytemuck::pod_collect_to_vec(&ex.fetch(&mut rec, &out).unwrap())
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+fn ibits(x: &[i32]) -> Vec<u32> {
+    x.iter().map(|&v| v as u32).collect()
+}
+
+/// Asserts equal words, naming the first difference.
+fn same(what: &str, want: &[u32], got: &[u32]) {
+    assert_eq!(want.len(), got.len(), "{what}: length");
+    if let Some(i) = (0..want.len()).find(|&i| want[i] != got[i]) {
+        let bad = (0..want.len()).filter(|&i| want[i] != got[i]).count();
+        panic!(
+            "{what}: {bad} of {} words differ; first at {i}: cpu {:#010x}, vulkan {:#010x}",
+            want.len(),
+            want[i],
+            got[i]
+        );
+    }
+}
+
+/// f32 bit patterns that matter: zeros, denormals, FLT_MIN neighbours, ones, huge, infinities,
+/// NaN payloads, integers around 2^24 and 2^31.
+const SPECIAL_F32: &[u32] = &[
+    0x0000_0000,
+    0x8000_0000,
+    0x0000_0001,
+    0x8000_0001,
+    0x007f_ffff,
+    0x807f_ffff,
+    0x0080_0000,
+    0x8080_0000,
+    0x3f00_0000,
+    0x3f80_0000,
+    0xbf80_0000,
+    0x3fc0_0000,
+    0xbfc0_0000,
+    0x4020_0000,
+    0xc020_0000,
+    0x3f7f_ffff,
+    0x4b80_0000,
+    0x4b80_0001,
+    0x4eff_ffff,
+    0x4f00_0000,
+    0xcf00_0000,
+    0xcf00_0001,
+    0x4f00_0001,
+    0x477f_e000,
+    0x477f_f000,
+    0x477f_efff,
+    0x3380_0000,
+    0x3300_0000,
+    0x3340_0000,
+    0x387f_c000,
+    0x3f80_8000,
+    0x3f81_8000,
+    0x7f7f_ffff,
+    0xff7f_ffff,
+    0x7f80_0000,
+    0xff80_0000,
+    0x7fc0_0000,
+    0xffc0_0000,
+    0x7f80_0001,
+    0x7fbf_ffff,
+    0xff80_0001,
+    0x7fc0_1234,
+    0xffff_ffff,
+];
+
+fn f32_value() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        select(SPECIAL_F32).prop_map(f32::from_bits),
+        any::<u32>().prop_map(f32::from_bits),
+        -100.0f32..100.0,
+    ]
+}
+
+fn i32_value() -> impl Strategy<Value = i32> {
+    prop_oneof![
+        select(
+            &[
+                0,
+                1,
+                -1,
+                2,
+                i32::MIN,
+                i32::MIN + 1,
+                i32::MAX,
+                i32::MAX - 1,
+                1 << 24,
+                (1 << 24) + 1,
+                -(1 << 30)
+            ][..]
+        ),
+        any::<i32>(),
+        -1000i32..1000,
+    ]
+}
+
+/// A length that is often empty, one, just past a workgroup or odd.
+fn length() -> impl Strategy<Value = usize> {
+    prop_oneof![select(&[0usize, 1, 2, 3, 255, 256, 257, 511, 1023][..]), 0usize..1500]
+}
+
+/// (out, a, b) shapes that broadcast: out of rank 0..=8 (sizes 0..=4, mostly non-zero and small
+/// at high rank); a and b are suffixes of it, each axis kept or made 1.
+fn broadcast_shapes() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<usize>)> {
+    (0usize..=8)
+        .prop_flat_map(|rank| {
+            let max = if rank > 5 { 3 } else { 6 };
+            let dim = prop_oneof![20 => 1usize..=max, 1 => Just(0usize)];
+            let suffix = (0..=rank, prop::collection::vec(any::<bool>(), rank));
+            (prop::collection::vec(dim, rank), suffix.clone(), suffix)
+        })
+        .prop_map(|(out, (la, ma), (lb, mb))| {
+            let take = |len: usize, ones: &[bool]| -> Vec<usize> {
+                let lead = out.len() - len;
+                (lead..out.len()).map(|i| if ones[i] { 1 } else { out[i] }).collect()
+            };
+            let (a, b) = (take(la, &ma), take(lb, &mb));
+            (out, a, b)
+        })
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn unary_matches_reference(op in select(&UNARY[..]), x in prop::collection::vec(f32_value(), 0..700)) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let n = x.len();
+        let got = run(ex, &[&bits(&x)], n, |k, rec, out, ins| data::unary(k, rec, op, out, &ins[0], n));
+        let mut want = vec![0.0f32; n];
+        r::unary(op, &x, &mut want);
+        same(&format!("{op:?}"), &bits(&want), &got);
+    }
+
+    #[test]
+    fn unary_i32_wraps_like_rust(neg in any::<bool>(), x in prop::collection::vec(i32_value(), 0..700)) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let n = x.len();
+        let got = run(ex, &[&ibits(&x)], n, |k, rec, out, ins| data::unary_i32(k, rec, neg, out, &ins[0], n));
+        let want: Vec<i32> = x.iter().map(|&v| if neg { v.wrapping_neg() } else { v.wrapping_abs() }).collect();
+        same(if neg { "NEG i32" } else { "ABS i32" }, &ibits(&want), &got);
+    }
+
+    #[test]
+    fn binary_broadcasts_like_reference(
+        op in select(&BINARY[..]),
+        (out, sa, sb) in broadcast_shapes(),
+        seed in any::<u64>(),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let (a, b) = (values_f32(seed, numel(&sa)), values_f32(!seed, numel(&sb)));
+        let n = numel(&out);
+        let got = run(ex, &[&bits(&a), &bits(&b)], n, |k, rec, o, ins| {
+            data::binary(k, rec, op, o, &ins[0], &sa, &ins[1], &sb, &out)
+        });
+        let mut want = vec![0.0f32; n];
+        r::binary(op, &a, &sa, &b, &sb, &mut want, &out);
+        same(&format!("{op:?} {sa:?} {sb:?} -> {out:?}"), &bits(&want), &got);
+    }
+
+    #[test]
+    fn binary_i32_broadcasts_like_reference(
+        op in select(&BINARY[..]),
+        (out, sa, sb) in broadcast_shapes(),
+        seed in any::<u64>(),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let (a, b) = (values_i32(seed, numel(&sa)), values_i32(!seed, numel(&sb)));
+        let n = numel(&out);
+        let got = run(ex, &[&ibits(&a), &ibits(&b)], n, |k, rec, o, ins| {
+            data::binary_i32(k, rec, op, o, &ins[0], &sa, &ins[1], &sb, &out)
+        });
+        let mut want = vec![0i32; n];
+        r::binary_i32(op, &a, &sa, &b, &sb, &mut want, &out);
+        same(&format!("{op:?} i32 {sa:?} {sb:?} -> {out:?}"), &ibits(&want), &got);
+    }
+
+    #[test]
+    fn binary_scalar_matches_reference(
+        op in select(&BINARY[..]),
+        s in f32_value(),
+        a in prop::collection::vec(f32_value(), 0..700),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let n = a.len();
+        let got = run(ex, &[&bits(&a)], n, |k, rec, o, ins| data::binary_scalar(k, rec, op, o, &ins[0], s, n));
+        let mut want = vec![0.0f32; n];
+        r::binary_scalar(op, &a, s, &mut want);
+        same(&format!("{op:?} scalar {:#010x}", s.to_bits()), &bits(&want), &got);
+    }
+
+    #[test]
+    fn fill_sets_every_word(n in length(), v in any::<u32>()) {
+        let Some(ex) = exec() else { return Ok(()) };
+        // One word past n stays untouched.
+        let got = run(ex, &[], n + 1, |k, rec, o, _| {
+            data::fill(k, rec, o, n + 1, 0xdead_beef)?;
+            data::fill(k, rec, o, n, v)
+        });
+        let mut want = vec![v; n];
+        want.push(0xdead_beef);
+        same("FILL", &want, &got);
+    }
+
+    #[test]
+    fn rand_matches_fill_strict(n in length(), seed in any::<u32>(), normal in any::<bool>()) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let dist = if normal { Dist::Normal } else { Dist::Uniform };
+        let got = run(ex, &[], n, |k, rec, o, _| data::rand(k, rec, o, n, seed, dist));
+        let mut want = vec![0.0f32; n];
+        adeadvm::rand::fill_strict(seed, dist, &mut want);
+        same(&format!("RAND {dist:?} seed {seed}"), &bits(&want), &got);
+    }
+
+    #[test]
+    fn unpack_and_pack16_move_raw_halves(w in prop::collection::vec(any::<u32>(), 0..400), odd in any::<bool>()) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let n = (2 * w.len()).saturating_sub(usize::from(odd));
+        let got = run(ex, &[&w], n, |k, rec, o, ins| data::unpack16(k, rec, o, &ins[0], n));
+        let halves: Vec<u32> = (0..n).map(|i| (w[i / 2] >> (16 * (i % 2))) & 0xffff).collect();
+        same("unpack16", &halves, &got);
+        // Garbage in the high halves must not leak; an odd tail's upper half is 0.
+        let dirty: Vec<u32> = halves.iter().enumerate().map(|(i, &h)| h | ((i as u32) << 16)).collect();
+        let words = n.div_ceil(2);
+        let got = run(ex, &[&dirty], words, |k, rec, o, ins| data::pack16(k, rec, o, &ins[0], n));
+        let mut want: Vec<u32> = w[..words].to_vec();
+        if odd && words > 0 {
+            want[words - 1] &= 0xffff;
+        }
+        same("pack16", &want, &got);
+    }
+
+    #[test]
+    fn transpose_slice_and_concat_by_strided_copy(
+        shape in prop::collection::vec(1usize..=5, 0..=5),
+        perm_seed in any::<u64>(),
+        cut in any::<prop::sample::Index>(),
+        grow in 0usize..=3,
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let rank = shape.len();
+        let x: Vec<u32> = (0..numel(&shape) as u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
+        let st = r::strides(&shape);
+        // TRANSPOSE: out axis i = src axis perm[i]; walk the output shape with the output's
+        // row-major strides and the permuted source strides.
+        let mut perm: Vec<u8> = (0..rank as u8).collect();
+        let mut s = perm_seed;
+        for i in (1..rank).rev() {
+            perm.swap(i, (s % (i as u64 + 1)) as usize);
+            s /= i as u64 + 1;
+        }
+        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p as usize]).collect();
+        let src_st: Vec<usize> = perm.iter().map(|&p| st[p as usize]).collect();
+        let got = run(ex, &[&x], x.len(), |k, rec, o, ins| {
+            data::strided_copy(k, rec, o, 0, &r::strides(&out_shape), &ins[0], 0, &src_st, &out_shape)
+        });
+        let mut want = vec![0u32; x.len()];
+        r::transpose(&x, &shape, &perm, &mut want);
+        same(&format!("TRANSPOSE {shape:?} by {perm:?}"), &want, &got);
+        if rank == 0 {
+            return Ok(());
+        }
+        // SLICE along one axis: start..start+len, the source offset start * stride.
+        let ax = cut.index(rank);
+        let start = cut.index(shape[ax]);
+        let len = shape[ax] - start;
+        let mut sl = shape.clone();
+        sl[ax] = len;
+        let got = run(ex, &[&x], numel(&sl), |k, rec, o, ins| {
+            data::strided_copy(k, rec, o, 0, &r::strides(&sl), &ins[0], start * st[ax], &st, &sl)
+        });
+        let mut want = vec![0u32; numel(&sl)];
+        r::slice(&x, &shape, ax, start, len, &mut want);
+        same(&format!("SLICE {shape:?} axis {ax} from {start}"), &want, &got);
+        // CONCAT x with a second tensor along ax: two launches into one destination.
+        let mut bs = shape.clone();
+        bs[ax] = grow;
+        let b: Vec<u32> = (0..numel(&bs) as u32).map(|i| !i).collect();
+        let mut cs = shape.clone();
+        cs[ax] += grow;
+        let cst = r::strides(&cs);
+        let got = run(ex, &[&x, &b], numel(&cs), |k, rec, o, ins| {
+            data::strided_copy(k, rec, o, 0, &cst, &ins[0], 0, &st, &shape)?;
+            data::strided_copy(k, rec, o, shape[ax] * cst[ax], &cst, &ins[1], 0, &r::strides(&bs), &bs)
+        });
+        let mut want = vec![0u32; numel(&cs)];
+        r::concat(&x, &shape, &b, &bs, ax, &mut want);
+        same(&format!("CONCAT {shape:?} + {bs:?} axis {ax}"), &want, &got);
+    }
+
+    #[test]
+    fn strided_copy_with_any_strides_and_offsets(
+        shape in prop::collection::vec(0usize..=4, 0..=8),
+        ds_pad in prop::collection::vec(0usize..=2, 8),
+        ss in prop::collection::vec(0usize..=7, 8),
+        offs in (0usize..40, 0usize..40),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let rank = shape.len();
+        // Destination strides: row-major with padding, so distinct indices never collide;
+        // source strides arbitrary (0 repeats, overlaps allowed).
+        let mut ds = vec![0usize; rank];
+        let mut acc = 1;
+        for d in (0..rank).rev() {
+            ds[d] = acc;
+            acc *= shape[d] + ds_pad[d];
+        }
+        let ss = &ss[..rank];
+        let (doff, soff) = offs;
+        let src_len = soff + shape.iter().zip(ss).map(|(&n, &s)| n.saturating_sub(1) * s).sum::<usize>() + 1;
+        let dst_len = doff + acc;
+        let x: Vec<u32> = (0..src_len as u32).map(|i| i ^ 0xa5a5_0000).collect();
+        let got = run(ex, &[&x], dst_len, |k, rec, o, ins| {
+            data::fill(k, rec, o, dst_len, 7)?;
+            data::strided_copy(k, rec, o, doff, &ds, &ins[0], soff, ss, &shape)
+        });
+        let mut want = vec![7u32; dst_len];
+        let n = numel(&shape);
+        for i in 0..n {
+            let (mut rem, mut d, mut s) = (i, doff, soff);
+            for ax in (0..rank).rev() {
+                let c = rem % shape[ax];
+                rem /= shape[ax];
+                d += c * ds[ax];
+                s += c * ss[ax];
+            }
+            want[d] = x[s];
+        }
+        same(&format!("strided copy {shape:?} dst {ds:?}+{doff} src {ss:?}+{soff}"), &want, &got);
+    }
+
+    #[test]
+    fn gather_matches_reference_and_flags_the_first_bad_index(
+        rows in 0usize..12,
+        row in 0usize..9,
+        idx in prop::collection::vec(-3i32..14, 0..300),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let table: Vec<u32> = (0..(rows * row) as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        let count = idx.len();
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let t = ex.upload(&mut rec, bytemuck::cast_slice(&table)).unwrap();
+        let ix = ex.upload(&mut rec, bytemuck::cast_slice(&idx)).unwrap();
+        // Status words: slot 2 is ours; its neighbours must stay untouched.
+        let status = ex.upload(&mut rec, bytemuck::cast_slice(&[u32::MAX; 4])).unwrap();
+        let out = ex.upload(&mut rec, bytemuck::cast_slice(&vec![0x5555_5555u32; count * row])).unwrap();
+        data::gather(ex.kernels(), &mut rec, &out, &t, rows, row, &ix, count, &status, 2).unwrap();
+        let got: Vec<u32> = bytemuck::pod_collect_to_vec(&ex.fetch(&mut rec, &out).unwrap());
+        let st: Vec<u32> = bytemuck::pod_collect_to_vec(&ex.fetch(&mut rec, &status).unwrap());
+        let mut want = vec![0x5555_5555u32; count * row];
+        let first_bad = r::gather(&table, rows, row, &idx, &mut want).err();
+        let expect_status = first_bad.map_or(u32::MAX, |(pos, _)| pos as u32);
+        prop_assert_eq!(st, vec![u32::MAX, u32::MAX, expect_status, u32::MAX]);
+        // Rows with a good index must match; past the first bad position the CPU stopped, so
+        // compare only good rows against the table directly.
+        for (i, &v) in idx.iter().enumerate() {
+            if v >= 0 && (v as usize) < rows {
+                let s = v as usize * row;
+                prop_assert_eq!(&got[i * row..(i + 1) * row], &table[s..s + row], "row {}", i);
+            }
+        }
+        if first_bad.is_none() {
+            same("GATHER", &want, &got);
+        }
+    }
+}
+
+/// Deterministic f32 test data: specials and random bit patterns mixed.
+fn values_f32(seed: u64, n: usize) -> Vec<f32> {
+    let mut g = common::Rng(seed);
+    (0..n)
+        .map(|_| {
+            let r = g.next_u64();
+            match r % 4 {
+                0 => f32::from_bits(SPECIAL_F32[(r >> 8) as usize % SPECIAL_F32.len()]),
+                1 => f32::from_bits((r >> 32) as u32),
+                _ => ((r >> 40) as f32 / 16_777_216.0 - 0.5) * 8.0,
+            }
+        })
+        .collect()
+}
+
+fn values_i32(seed: u64, n: usize) -> Vec<i32> {
+    let mut g = common::Rng(seed);
+    (0..n)
+        .map(|_| {
+            let r = g.next_u64();
+            match r % 4 {
+                0 => [i32::MIN, i32::MAX, 0, -1, 1, i32::MIN + 1][(r >> 8) as usize % 6],
+                1 => (r >> 32) as i32,
+                _ => ((r >> 40) % 2001) as i32 - 1000,
+            }
+        })
+        .collect()
+}
+
+/// Raw source words for `n` elements of `d`: f32 specials and random bits, every kind of
+/// 16-bit pattern (denormal, inf, NaN, -0), and extreme i32s.
+fn cast_source(d: DType, n: usize) -> Vec<u8> {
+    let mut g = common::Rng(n as u64 * 31 + d as u64);
+    let mut out = Vec::new();
+    for i in 0..n {
+        let r = g.next_u64();
+        match d {
+            DType::F32 => {
+                let v = if i < SPECIAL_F32.len() { SPECIAL_F32[i] } else { values_f32(r, 1)[0].to_bits() };
+                out.extend(v.to_le_bytes());
+            }
+            DType::I32 => {
+                let v = match i {
+                    0..=5 => [i32::MIN, i32::MAX, 0, -1, 16_777_217, -16_777_219][i],
+                    _ if r % 3 == 0 => (r >> 32) as i32 >> (r % 31),
+                    _ => (r >> 32) as i32,
+                };
+                out.extend(v.to_le_bytes());
+            }
+            DType::F16 | DType::Bf16 => {
+                const H: [u16; 12] =
+                    [0, 0x8000, 1, 0x8001, 0x03ff, 0x7bff, 0x7c00, 0xfc00, 0x7c01, 0x7e00, 0xffff, 0x7f80];
+                let v = if i < H.len() { H[i] } else { (r >> 48) as u16 };
+                out.extend(v.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// CAST of every dtype pair against the VM's own CAST instruction on the CPU, for lengths with
+/// and without an odd 16-bit tail, one element, and more than a workgroup.
+#[test]
+fn cast_every_pair_matches_the_vm() {
+    let Some(ex) = exec() else { return };
+    for sd in DType::ALL {
+        for dd in DType::ALL {
+            for n in [1usize, 2, 3, 64, 257, 1001] {
+                let src_bytes = cast_source(sd, n);
+                let prog = common::build(&format!(
+                    ".input %x {sd}[{n}]\n.output y {dd}[{n}]\nALLOC %t: {dd}[{n}]\nCAST %t, %x\nSTORE y, %t\nFREE %t\n"
+                ));
+                let x = HostTensor::from_bytes(sd, vec![n], &src_bytes).unwrap();
+                let outs = common::run(&prog, &[("x", x)]).unwrap();
+                let want = outs["y"].bytes().to_vec();
+                let mut padded = src_bytes.clone();
+                padded.resize(src_bytes.len().div_ceil(4) * 4, 0);
+                let words = (n * dd.size()).div_ceil(4);
+                let got = run(ex, &[bytemuck::cast_slice(&padded)], words, |k, rec, o, ins| {
+                    data::cast(k, rec, o, dd, &ins[0], sd, n)
+                });
+                let got: Vec<u8> = bytemuck::cast_slice(&got).to_vec();
+                let what = format!("CAST {sd} -> {dd}, n = {n}");
+                assert_eq!(&got[..want.len()], &want[..], "{what}");
+                // An odd 16-bit tail: the last word's upper half is 0.
+                assert!(got[want.len()..].iter().all(|&b| b == 0), "{what}: tail {:?}", &got[want.len()..]);
+            }
+        }
+    }
+}
+
+/// i32 -> f32 rounding at every binade boundary and tie, against Rust's `as`.
+#[test]
+fn cast_i32_to_f32_rounds_to_nearest_even() {
+    let Some(ex) = exec() else { return };
+    let mut v: Vec<i32> = Vec::new();
+    for p in 0..31 {
+        let b = 1i64 << p;
+        for d in [-3i64, -2, -1, 0, 1, 2, 3] {
+            for s in [1i64, -1] {
+                let x = s * (b + d);
+                if let Ok(x) = i32::try_from(x) {
+                    v.push(x);
+                }
+            }
+        }
+        // Ties and near-ties above 2^24: low bits exactly half an ulp, and either side.
+        if p > 24 {
+            let half = 1i64 << (p - 24);
+            for k in [1i64, 2, 3, 5] {
+                for e in [-1i64, 0, 1] {
+                    let x = b + k * 2 * half + half + e;
+                    if let Ok(x) = i32::try_from(x) {
+                        v.extend([x, x.wrapping_neg()]);
+                    }
+                }
+            }
+        }
+    }
+    v.extend([i32::MIN, i32::MAX, i32::MAX - 64, i32::MAX - 63]);
+    let n = v.len();
+    let got =
+        run(ex, &[&ibits(&v)], n, |k, rec, o, ins| data::cast(k, rec, o, DType::F32, &ins[0], DType::I32, n));
+    let want: Vec<u32> = v.iter().map(|&x| (x as f32).to_bits()).collect();
+    same("CAST i32 -> f32", &want, &got);
+}
+
+/// Element indices past 2^32: the Philox counter's high word gets the carry.
+#[test]
+fn rand_counters_past_2_pow_32() {
+    let Some(ex) = exec() else { return };
+    for (first, dist) in
+        [((1u64 << 32) - 300, Dist::Uniform), ((1u64 << 32) - 7, Dist::Normal), (5u64 << 40, Dist::Normal)]
+    {
+        let n = 600;
+        let got = run(ex, &[], n, |k, rec, o, _| data::rand_at(k, rec, o, n, 99, dist, first));
+        let want: Vec<u32> = (0..n as u64)
+            .map(|i| match dist {
+                Dist::Uniform => adeadvm::rand::philox_uniform(99, first + i),
+                Dist::Normal => adeadvm::rand::philox_normal(99, first + i),
+            })
+            .map(f32::to_bits)
+            .collect();
+        same(&format!("RAND {dist:?} from {first}"), &want, &got);
+    }
+}
+
+/// More items than 65535 workgroups of 256 cover in one pass: the grid-stride loop does the rest.
+#[test]
+fn grid_stride_covers_more_than_the_workgroup_limit() {
+    let Some(ex) = exec() else { return };
+    let n = 65_535 * 256 + 777;
+    let got = run(ex, &[], n, |k, rec, o, _| data::fill(k, rec, o, n, 0x3f80_0000));
+    assert!(got.len() == n && got.iter().all(|&w| w == 0x3f80_0000), "FILL of {n} words");
+}
+
+/// Bad arguments are refused with a message before anything is recorded; empty outputs record
+/// nothing.
+#[test]
+fn bad_arguments_are_clear_errors_and_empty_outputs_record_nothing() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let s = ex.alloc(64).unwrap(); // 16 words
+    let msg = |e: VulkanError| e.to_string();
+    let e = data::binary(k, &mut rec, Binary::Add, &s, &s, &[2, 3], &s, &[4, 3], &[2, 3]).unwrap_err();
+    assert_eq!(msg(e), "invalid Vulkan dispatch: operand b of shape [4, 3] does not broadcast to [2, 3]");
+    let e = data::binary(k, &mut rec, Binary::Add, &s, &s, &[1, 2, 3], &s, &[3], &[2, 3]).unwrap_err();
+    assert_eq!(
+        msg(e),
+        "invalid Vulkan dispatch: operand a of shape [1, 2, 3] has more axes than the output [2, 3]"
+    );
+    let nine = [1usize; 9];
+    let e = data::binary_i32(k, &mut rec, Binary::Add, &s, &s, &[], &s, &[], &nine).unwrap_err();
+    assert_eq!(msg(e), "invalid Vulkan dispatch: the output has rank 9; kernels take at most 8 axes");
+    let e = data::binary(k, &mut rec, Binary::Add, &s, &s, &[17], &s, &[1], &[17]).unwrap_err();
+    assert_eq!(
+        msg(e),
+        "invalid Vulkan dispatch: the destination holds 16 32-bit words; the operation needs 17"
+    );
+    let e = data::unary(k, &mut rec, Unary::Exp, &s, &s, 20).unwrap_err();
+    assert!(msg(e).contains("needs 20"));
+    let e = data::strided_copy(k, &mut rec, &s, 0, &[1, 1], &s, 0, &[1], &[2, 2]).unwrap_err();
+    assert_eq!(
+        msg(e),
+        "invalid Vulkan dispatch: a strided copy over shape [2, 2] needs 2 strides per side; given 2 (dst) and 1 (src)"
+    );
+    let e = data::strided_copy(k, &mut rec, &s, 10, &[1], &s, 0, &[1], &[7]).unwrap_err();
+    assert_eq!(
+        msg(e),
+        "invalid Vulkan dispatch: the destination holds 16 32-bit words; the operation needs 17"
+    );
+    let e = data::strided_copy(k, &mut rec, &s, 0, &[usize::MAX], &s, 0, &[1], &[3]).unwrap_err();
+    assert_eq!(msg(e), "invalid Vulkan dispatch: a strided copy's addresses overflow");
+    let e = data::gather(k, &mut rec, &s, &s, 4, 4, &s, 4, &s, 16).unwrap_err();
+    assert_eq!(
+        msg(e),
+        "invalid Vulkan dispatch: the status buffer holds 16 32-bit words; the operation needs 17"
+    );
+    let e = data::cast(k, &mut rec, &s, DType::F32, &s, DType::F16, 33).unwrap_err();
+    assert!(msg(e).contains("needs 33"));
+    let e = data::fill(k, &mut rec, &s, 1 << 33, 0).unwrap_err();
+    assert_eq!(
+        msg(e),
+        "invalid Vulkan dispatch: the word count = 8589934592 does not fit the kernels' 32-bit indices"
+    );
+    // Empty outputs: nothing recorded.
+    data::unary(k, &mut rec, Unary::Exp, &s, &s, 0).unwrap();
+    data::unary_i32(k, &mut rec, true, &s, &s, 0).unwrap();
+    data::binary(k, &mut rec, Binary::Add, &s, &s, &[0, 3], &s, &[3], &[0, 3]).unwrap();
+    data::binary_i32(k, &mut rec, Binary::Mul, &s, &s, &[1], &s, &[0], &[0]).unwrap();
+    data::binary_scalar(k, &mut rec, Binary::Add, &s, &s, 1.0, 0).unwrap();
+    data::fill(k, &mut rec, &s, 0, 1).unwrap();
+    data::rand(k, &mut rec, &s, 0, 1, Dist::Normal).unwrap();
+    data::cast(k, &mut rec, &s, DType::F16, &s, DType::I32, 0).unwrap();
+    data::unpack16(k, &mut rec, &s, &s, 0).unwrap();
+    data::pack16(k, &mut rec, &s, &s, 0).unwrap();
+    data::strided_copy(k, &mut rec, &s, 0, &[1, 1], &s, 0, &[1, 1], &[3, 0]).unwrap();
+    data::gather(k, &mut rec, &s, &s, 4, 4, &s, 0, &s, 0).unwrap();
+    assert!(!rec.has_work(), "an empty operation recorded work");
+}
