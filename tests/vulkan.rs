@@ -225,7 +225,8 @@ fn empty_and_mismatched_inputs() {
 
 #[test]
 fn reflected_interfaces() {
-    for (name, bytes) in SHADERS {
+    // The elementwise kernels; the others are checked next to their launchers' tests.
+    for (name, bytes) in SHADERS.iter().filter(|(n, _)| ["unary", "binary", "binary_scalar"].contains(n)) {
         let words = vulkan::spirv_words(bytes).unwrap();
         let i = vulkan::reflect(&words).unwrap();
         let want = if *name == "binary" { vec![0, 1, 2] } else { vec![0, 1] };

@@ -14,6 +14,11 @@ pub const SHADERS: &[(&str, &[u8])] = &[
     ("unary", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/unary.spv"))),
     ("binary", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary.spv"))),
     ("binary_scalar", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary_scalar.spv"))),
+    ("matmul", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/matmul.spv"))),
+    ("softmax", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/softmax.spv"))),
+    ("layernorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/layernorm.spv"))),
+    ("rmsnorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rmsnorm.spv"))),
+    ("reduce", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/reduce.spv"))),
 ];
 
 /// The built-in kernels of one device, each pipeline built on first use and kept.

@@ -4,3 +4,5 @@
 //! Binding 0 of every kernel is the destination, then the sources in the instruction's order.
 //! In the strict tier each launcher gives exactly the bits of the CPU reference
 //! (`exec::cpu::reference` and `numerics`).
+
+pub mod rows;
