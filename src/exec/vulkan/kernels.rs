@@ -23,6 +23,11 @@ pub const SHADERS: &[(&str, &[u8])] = &[
     ("pack16", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/pack16.spv"))),
     ("strided_copy", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/strided_copy.spv"))),
     ("gather", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gather.spv"))),
+    ("matmul", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/matmul.spv"))),
+    ("softmax", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/softmax.spv"))),
+    ("layernorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/layernorm.spv"))),
+    ("rmsnorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rmsnorm.spv"))),
+    ("reduce", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/reduce.spv"))),
 ];
 
 /// The built-in kernels of one device, each pipeline built on first use and kept.

@@ -6,3 +6,4 @@
 //! (`exec::cpu::reference` and `numerics`).
 
 pub mod data;
+pub mod rows;

@@ -1,0 +1,105 @@
+// rowtree.glsl -- the fixed 256-lane reduction tree of numerics::reduce (`tree`, docs/numerics.md),
+// with the rows of a 256-thread workgroup: the GLSL twin of `sum` / `max_reduce`.
+//
+// The tree every executor follows:
+//     lane[j] = init                                   for j in 0..256
+//     for i in 0..n ascending: lane[i % 256] = op(lane[i % 256], v(i))
+//     for s in 128, 64, ..., 1: for j in 0..s: lane[j] = op(lane[j], lane[j + s])
+//     result = lane[0]
+// Writing value(j, s) for lane j once level s is done (value(j, 256) = the accumulated lane j):
+//     value(j, s) = op(value(j, 2s), value(j + s, 2s)),   result = value(0, 1).
+//
+// One row is shared by T threads of the workgroup (T = 1 << tbits, 1..256; 256 / T rows per
+// workgroup). Thread t of a row owns lanes t, t+T, t+2T, ... (R = 256 / T lanes): it accumulates
+// each of them in element order and combines them into value(t, T) in registers (levels
+// 128..T), walking its lanes in bit-reversed order with a binary-counter stack, which pairs
+// exactly the operands the halving tree pairs, left operand first. The last log2(T) levels run
+// across the row's threads in shared memory with a barrier per level, as the tree says. Every T
+// gives the same bits; T only changes how the work is spread (T = 256: thread j is lane j).
+// Element e always belongs to the thread with t == e % T, so per-element passes before and after
+// a reduction touch only the thread's own elements.
+//
+// The including shader defines `float tree_value(uint pass, uint e)`: element e of the current
+// row for reduction `pass` (it may also write outputs; each element is visited exactly once per
+// reduction, in the lane's ascending order).
+#ifndef ADEADVM_ROWTREE_GLSL
+#define ADEADVM_ROWTREE_GLSL
+#include "strict.glsl"
+
+const uint TREE_LANES = 256u;
+const uint TREE_ADD = 0u; // lanes start at +0, op = strict_add (numerics::sum)
+const uint TREE_MAX = 1u; // lanes start at -inf, op = strict_max (numerics::max_reduce)
+
+shared float tree_sh[TREE_LANES];
+
+float tree_value(uint pass, uint e);
+
+float tree_init(uint op) { return op == TREE_MAX ? S_F(0xff800000u) : S_F(0u); }
+
+float tree_op(uint op, float a, float b) { return op == TREE_MAX ? strict_max(a, b) : strict_add(a, b); }
+
+// Lane `lane` of a row of n elements: init, then op with elements lane, lane+256, ... in order.
+float tree_lane(uint op, uint pass, uint n, uint lane) {
+    float acc = tree_init(op);
+    for (uint e = lane; e < n; e += TREE_LANES) {
+        acc = tree_op(op, acc, tree_value(pass, e));
+    }
+    return acc;
+}
+
+// value(t, T) for thread t of a row shared by T = 1 << tbits threads: lanes t + T*q for
+// q = bitreverse(p) over 8 - tbits bits, p = 0, 1, ...; after leaf p, the trailing one bits of p
+// say how many finished pairs to fold (stack[b] holds a complete subtree of 2^b leaves).
+float tree_thread(uint op, uint pass, uint n, uint t, uint tbits) {
+    uint rbits = 8u - tbits;
+    uint lanes = 1u << rbits;
+    float stack[9];
+    for (uint p = 0u; p < lanes; p++) {
+        uint q = rbits == 0u ? 0u : (bitfieldReverse(p) >> (32u - rbits));
+        float cur = tree_lane(op, pass, n, t + (q << tbits));
+        uint b = 0u;
+        for (; ((p >> b) & 1u) != 0u; b++) {
+            cur = tree_op(op, stack[b], cur);
+        }
+        stack[b] = cur;
+    }
+    return stack[rbits];
+}
+
+// The last log2(T) levels: every invocation of the workgroup calls this with its value(t, T)
+// (uniform control flow: it has barriers). Returns the row's result to each thread of the row.
+float tree_finish(uint op, float v, uint tbits) {
+    uint li = gl_LocalInvocationIndex;
+    uint t = li & ((1u << tbits) - 1u);
+    tree_sh[li] = v;
+    memoryBarrierShared();
+    barrier();
+    for (uint s = (1u << tbits) >> 1; s > 0u; s >>= 1) {
+        if (t < s) {
+            tree_sh[li] = tree_op(op, tree_sh[li], tree_sh[li + s]);
+        }
+        memoryBarrierShared();
+        barrier();
+    }
+    float r = tree_sh[li - t];
+    memoryBarrierShared();
+    barrier();
+    return r;
+}
+
+// The whole reduction of the current row (n elements; n = 0 for a padding row past the end).
+float tree_reduce(uint op, uint pass, uint n, uint tbits) {
+    uint t = gl_LocalInvocationIndex & ((1u << tbits) - 1u);
+    return tree_finish(op, tree_thread(op, pass, n, t, tbits), tbits);
+}
+
+// Rows of the 1-D grid: rows_per_group = 256 >> tbits, groups = ceil(rows / rows_per_group).
+uint tree_groups(uint rows, uint tbits) {
+    uint rpg = TREE_LANES >> tbits;
+    return rows / rpg + ((rows % rpg) != 0u ? 1u : 0u);
+}
+
+// The row this invocation works on in group g (may be >= rows: a padding row).
+uint tree_row(uint g, uint tbits) { return g * (TREE_LANES >> tbits) + (gl_LocalInvocationIndex >> tbits); }
+
+#endif // ADEADVM_ROWTREE_GLSL

@@ -1,0 +1,58 @@
+#version 450
+// LAYERNORM over rows of n, strict tier: exec::cpu::reference::layernorm (numerics::layernorm_row):
+//   mu = div(sum tree(x), n); var = div(sum tree(mul(d, d)), n) with d = sub(x, mu)
+//   rs = rsqrt(add(var, eps)); y = mul(sub(x, mu), rs); y = mul(y, gamma); y = add(y, beta)
+// Rows are shared by T = 1 << tbits threads (rowtree.glsl); d is recomputed, not stored.
+#extension GL_GOOGLE_include_directive : require
+#include "rowtree.glsl"
+
+layout(local_size_x = 256) in;
+layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 1) readonly buffer X { float x[]; };
+layout(set = 0, binding = 2) readonly buffer G { float gamma[]; };
+layout(set = 0, binding = 3) readonly buffer B { float beta[]; };
+layout(push_constant) uniform P {
+    uint rows;
+    uint n;
+    uint tbits;  // log2 of the threads per row
+    uint flags;  // bit 0: gamma bound; bit 1: beta bound
+    float nf;    // n as f32 (numerics::reduce::count: rounded on the host)
+    float eps;
+} p;
+
+uint g_base;
+float g_mu;
+
+// Pass 0: x (for the mean). Pass 1: mul(d, d), d = sub(x, mu) (for the variance).
+float tree_value(uint pass, uint e) {
+    float v = x[g_base + e];
+    if (pass == 0u) {
+        return v;
+    }
+    float d = strict_sub(v, g_mu);
+    return strict_mul(d, d);
+}
+
+void main() {
+    uint t = gl_LocalInvocationIndex & ((1u << p.tbits) - 1u);
+    uint T = 1u << p.tbits;
+    uint groups = tree_groups(p.rows, p.tbits);
+    for (uint g = gl_WorkGroupID.x; g < groups; g += gl_NumWorkGroups.x) {
+        uint row = tree_row(g, p.tbits);
+        uint n = row < p.rows ? p.n : 0u;
+        g_base = row * p.n;
+        g_mu = strict_div(tree_reduce(TREE_ADD, 0u, n, p.tbits), p.nf);
+        float var = strict_div(tree_reduce(TREE_ADD, 1u, n, p.tbits), p.nf);
+        float rs = strict_rsqrt(strict_add(var, p.eps));
+        for (uint e = t; e < n; e += T) {
+            float v = strict_mul(strict_sub(x[g_base + e], g_mu), rs);
+            if ((p.flags & 1u) != 0u) {
+                v = strict_mul(v, gamma[e]);
+            }
+            if ((p.flags & 2u) != 0u) {
+                v = strict_add(v, beta[e]);
+            }
+            y[g_base + e] = v;
+        }
+    }
+}

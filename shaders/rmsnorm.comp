@@ -1,0 +1,46 @@
+#version 450
+// RMSNORM over rows of n, strict tier: exec::cpu::reference::rmsnorm (numerics::rmsnorm_row):
+//   ms = div(sum tree(mul(x, x)), n); rs = rsqrt(add(ms, eps)); y = mul(x, rs); y = mul(y, gamma)
+// Rows are shared by T = 1 << tbits threads (rowtree.glsl).
+#extension GL_GOOGLE_include_directive : require
+#include "rowtree.glsl"
+
+layout(local_size_x = 256) in;
+layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 1) readonly buffer X { float x[]; };
+layout(set = 0, binding = 2) readonly buffer G { float gamma[]; };
+layout(push_constant) uniform P {
+    uint rows;
+    uint n;
+    uint tbits;  // log2 of the threads per row
+    uint flags;  // bit 0: gamma bound
+    float nf;    // n as f32 (rounded on the host)
+    float eps;
+} p;
+
+uint g_base;
+
+float tree_value(uint pass, uint e) {
+    float v = x[g_base + e];
+    return strict_mul(v, v);
+}
+
+void main() {
+    uint t = gl_LocalInvocationIndex & ((1u << p.tbits) - 1u);
+    uint T = 1u << p.tbits;
+    uint groups = tree_groups(p.rows, p.tbits);
+    for (uint g = gl_WorkGroupID.x; g < groups; g += gl_NumWorkGroups.x) {
+        uint row = tree_row(g, p.tbits);
+        uint n = row < p.rows ? p.n : 0u;
+        g_base = row * p.n;
+        float ms = strict_div(tree_reduce(TREE_ADD, 0u, n, p.tbits), p.nf);
+        float rs = strict_rsqrt(strict_add(ms, p.eps));
+        for (uint e = t; e < n; e += T) {
+            float v = strict_mul(x[g_base + e], rs);
+            if ((p.flags & 1u) != 0u) {
+                v = strict_mul(v, gamma[e]);
+            }
+            y[g_base + e] = v;
+        }
+    }
+}

@@ -1,0 +1,611 @@
+//! Launchers for the row-wise and contraction kernels, strict tier: MATMUL, SOFTMAX, LAYERNORM,
+//! RMSNORM and REDUCE_SUM/MEAN/MAX. Each gives exactly the bits of its CPU reference
+//! (`exec::cpu::reference::{matmul, softmax, layernorm, rmsnorm, reduce}`):
+//!
+//! - matmul (`shaders/matmul.comp`): every output keeps one accumulator that sees `k` in
+//!   ascending order (`acc = +0; acc = add(acc, mul(a, b))`), then the bias, then the activation;
+//!   the 64x64 shared-memory tiles only decide which thread does which output.
+//! - the row kernels (`shaders/{softmax,layernorm,rmsnorm,reduce}.comp`) follow the fixed
+//!   256-lane tree of `numerics::reduce` (`shaders/include/rowtree.glsl`): lane `j` accumulates
+//!   elements `j, j+256, ...` in order, then the halving levels 128..1. A row is shared by
+//!   `T` threads (a power of two, 1..=256; `256 / T` rows per workgroup); each thread folds its
+//!   lanes into the subtree the halving would have built, and the last `log2 T` levels run in
+//!   shared memory. Every `T` gives the same bits; the launchers pick it from the row length
+//!   (short rows: several rows per workgroup; strided reductions: a thread per output), and the
+//!   `*_with` variants take it explicitly (tests, benchmarks).
+//!
+//! Operands are slices of f32 words bound at their own offsets; binding 0 is the destination,
+//! then the sources in the order of the signature. An absent optional operand is replaced by
+//! another bound slice and a flag in the push constants. Every slice must hold exactly the
+//! tensor's bytes. Nothing is recorded for an empty output. Shapes have at most [`MAX_RANK`]
+//! axes and every tensor fewer than 2^31 elements (the shaders index with 32-bit words).
+
+use std::sync::Arc;
+
+use crate::exec::cpu::reference::{MatmulShape, Reduce};
+use crate::exec::vulkan::{Binding, Kernel, Kernels, Recorder, Slice, VulkanError};
+use crate::isa::Act;
+
+/// Most axes a tensor of these kernels may have.
+pub const MAX_RANK: usize = 8;
+
+/// Most elements of one tensor (the shaders index with u32 and add tile offsets past the end).
+const MAX_ELEMS: u64 = (1 << 31) - 1;
+
+/// Workgroups per grid dimension that every launch stays within (the loops in the shaders
+/// cover the rest).
+const MAX_GROUPS: u32 = 65535;
+
+/// Matmul output tile (shaders/matmul.comp TM, TN).
+const MATMUL_TILE: u64 = 64;
+
+/// Most merged batch axes the matmul push constants carry.
+const MATMUL_BATCH_AXES: usize = 6;
+
+fn invalid(msg: impl Into<String>) -> VulkanError {
+    VulkanError::Invalid(msg.into())
+}
+
+/// Elements of `shape` (at most [`MAX_RANK`] axes, fewer than 2^31 elements).
+fn elements(what: &str, shape: &[usize]) -> Result<u64, VulkanError> {
+    if shape.len() > MAX_RANK {
+        return Err(invalid(format!("{what}: shape {shape:?} has {} axes; at most {MAX_RANK}", shape.len())));
+    }
+    let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+    match n {
+        Some(n) if n <= MAX_ELEMS => Ok(n),
+        _ => Err(invalid(format!("{what}: shape {shape:?} has 2^31 or more elements"))),
+    }
+}
+
+/// `s` must hold exactly `elems` f32 words.
+fn check_len(what: &str, s: &Slice, elems: u64) -> Result<(), VulkanError> {
+    if s.len != elems * 4 {
+        return Err(invalid(format!("{what}: a slice of {} bytes for {elems} f32 elements ({} bytes)", s.len, elems * 4)));
+    }
+    Ok(())
+}
+
+/// Casts a size already checked against [`MAX_ELEMS`].
+fn w(v: u64) -> u32 {
+    debug_assert!(v <= u64::from(u32::MAX));
+    v as u32
+}
+
+/// Workgroups for `want` along one dimension: at least 1, at most the device's limit and 65535.
+fn clamp_groups(rec: &Recorder, dim: usize, want: u64) -> u32 {
+    let limit = rec.device().info.max_compute_workgroup_count[dim].clamp(1, MAX_GROUPS);
+    want.clamp(1, u64::from(limit)) as u32
+}
+
+/// log2 of the threads sharing one row: enough that each lane holding data has its own thread
+/// (rows of up to 256 elements) but no more, so short rows pack many to a workgroup. A strided
+/// row (`inner > 1` in a reduction) with many outputs gets a thread per output: neighbouring
+/// threads then read neighbouring words.
+fn auto_tbits(rows: u64, n: u64, strided: bool) -> u32 {
+    if strided && rows >= 4096 {
+        return 0;
+    }
+    n.clamp(1, 256).next_power_of_two().trailing_zeros()
+}
+
+/// log2 of an explicit threads-per-row count (a power of two in 1..=256).
+fn tbits_of(threads: Option<u32>, auto: u32) -> Result<u32, VulkanError> {
+    match threads {
+        None => Ok(auto),
+        Some(t) if t.is_power_of_two() && t <= 256 => Ok(t.trailing_zeros()),
+        Some(t) => Err(invalid(format!("{t} threads per row; a power of two from 1 to 256"))),
+    }
+}
+
+/// One dispatch of a row kernel over `rows` rows with `256 >> tbits` rows per workgroup.
+fn dispatch_rows(
+    rec: &mut Recorder,
+    kernel: &Arc<Kernel>,
+    bindings: &[Binding],
+    push: &[u32],
+    rows: u64,
+    tbits: u32,
+) -> Result<(), VulkanError> {
+    let groups = rows.div_ceil(256 >> tbits);
+    rec.dispatch(kernel, bindings, push, [clamp_groups(rec, 0, groups), 1, 1])
+}
+
+/// MATMUL: `dst = act(op(a) @ op(b) + bias)`, exactly `reference::matmul`.
+///
+/// `g` gives the stored shapes of `a`, `b` and the output and the transposes: `op(a)` is
+/// `[.., m, k]` (`a` stored `[.., k, m]` when `ta`), `op(b)` is `[.., k, n]` (`b` stored
+/// `[.., n, k]` when `tb`), the output `[.., m, n]`. The batch axes (all but the last two)
+/// broadcast numpy-style: `a` and `b` may have different ranks, and each output batch axis must
+/// be the broadcast of theirs. The bias, if any, broadcasts to the whole output shape (`[n]`,
+/// `[m, 1]`, the full shape, ...). `act` is applied last, as `reference::activate`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    k: &Kernels,
+    rec: &mut Recorder,
+    g: &MatmulShape,
+    act: Act,
+    dst: &Slice,
+    a: &Slice,
+    b: &Slice,
+    bias: Option<(&Slice, &[usize])>,
+) -> Result<(), VulkanError> {
+    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
+    check_len("matmul a", a, plan.a_elems)?;
+    check_len("matmul b", b, plan.b_elems)?;
+    check_len("matmul destination", dst, plan.out_elems)?;
+    if let Some((s, _)) = bias {
+        check_len("matmul bias", s, plan.bias_elems)?;
+    }
+    if plan.out_elems == 0 {
+        return Ok(());
+    }
+    let kernel = k.get("matmul")?;
+    let act_code = match act {
+        Act::None => 0u32,
+        Act::Relu => 1,
+        Act::Gelu => 2,
+    };
+    let flags = u32::from(g.ta)
+        | u32::from(g.tb) << 1
+        | act_code << 2
+        | u32::from(bias.is_some()) << 4
+        | (plan.axes.len() as u32) << 8;
+    let ax = |i: usize| plan.axes.get(i).copied().unwrap_or_default();
+    let mut push = Vec::with_capacity(31);
+    for field in 0..4 {
+        push.extend((0..4).map(|i| ax(i).field(field)));
+    }
+    push.extend([ax(4).dim, ax(5).dim, ax(4).a, ax(5).a, ax(4).b, ax(5).b, ax(4).c, ax(5).c]);
+    push.extend([plan.m, plan.n, plan.k, flags, plan.batches, plan.bias_sm, plan.bias_sn]);
+    let bias_slice = bias.map_or(a, |(s, _)| s);
+    let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
+    let groups = [
+        clamp_groups(rec, 0, u64::from(plan.n).div_ceil(MATMUL_TILE)),
+        clamp_groups(rec, 1, u64::from(plan.m).div_ceil(MATMUL_TILE)),
+        clamp_groups(rec, 2, u64::from(plan.batches)),
+    ];
+    rec.dispatch(&kernel, &bindings, &push, groups)
+}
+
+/// One merged batch axis of a matmul: its size and each operand's element stride along it
+/// (0 where the operand broadcasts).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct BatchAxis {
+    dim: u32,
+    a: u32,
+    b: u32,
+    c: u32,
+}
+
+impl BatchAxis {
+    fn field(&self, i: usize) -> u32 {
+        [self.dim, self.a, self.b, self.c][i]
+    }
+}
+
+/// The validated geometry of one matmul, as the shader's push constants carry it.
+#[derive(Debug)]
+struct MatmulPlan {
+    m: u32,
+    n: u32,
+    k: u32,
+    batches: u32,
+    axes: Vec<BatchAxis>,
+    bias_sm: u32,
+    bias_sn: u32,
+    a_elems: u64,
+    b_elems: u64,
+    bias_elems: u64,
+    out_elems: u64,
+}
+
+impl MatmulPlan {
+    fn new(g: &MatmulShape, bias: Option<&[usize]>) -> Result<MatmulPlan, VulkanError> {
+        let shapes = format!("a {:?}, b {:?}, output {:?}", g.a, g.b, g.out);
+        let (ra, rb, r) = (g.a.len(), g.b.len(), g.out.len());
+        if ra < 2 || rb < 2 || r < 2 {
+            return Err(invalid(format!("matmul needs operands of rank 2 or more ({shapes})")));
+        }
+        let a_elems = elements("matmul a", &g.a)?;
+        let b_elems = elements("matmul b", &g.b)?;
+        let out_elems = elements("matmul output", &g.out)?;
+        let (m, ka) = if g.ta { (g.a[ra - 1], g.a[ra - 2]) } else { (g.a[ra - 2], g.a[ra - 1]) };
+        let (kb, n) = if g.tb { (g.b[rb - 1], g.b[rb - 2]) } else { (g.b[rb - 2], g.b[rb - 1]) };
+        if ka != kb || g.out[r - 2] != m || g.out[r - 1] != n {
+            return Err(invalid(format!(
+                "matmul shapes do not agree: op(a) is [{m}, {ka}], op(b) [{kb}, {n}], the output ends in {:?} ({shapes}, ta {}, tb {})",
+                &g.out[r - 2..],
+                g.ta,
+                g.tb
+            )));
+        }
+        let nb = r - 2;
+        if ra - 2 > nb || rb - 2 > nb {
+            return Err(invalid(format!("matmul output has fewer batch axes than an operand ({shapes})")));
+        }
+        // Batch dims of a and b aligned to the output's (missing leading axes are 1).
+        let pad = |s: &[usize], rank: usize| -> Vec<usize> {
+            let mut v = vec![1; rank - s.len()];
+            v.extend_from_slice(s);
+            v
+        };
+        let a_batch = pad(&g.a[..ra - 2], nb);
+        let b_batch = pad(&g.b[..rb - 2], nb);
+        for i in 0..nb {
+            let (x, y, o) = (a_batch[i], b_batch[i], g.out[i]);
+            let want = if x == y || y == 1 {
+                x
+            } else if x == 1 {
+                y
+            } else {
+                return Err(invalid(format!("matmul batch axes do not broadcast ({shapes})")));
+            };
+            if o != want {
+                return Err(invalid(format!(
+                    "matmul output batch axis {i} is {o}; broadcasting a and b gives {want} ({shapes})"
+                )));
+            }
+        }
+        let bias_shape = match bias {
+            Some(s) => {
+                if s.len() > r {
+                    return Err(invalid(format!("matmul bias {s:?} has more axes than the output {:?}", g.out)));
+                }
+                let bs = pad(s, r);
+                if bs.iter().zip(&g.out).any(|(&x, &o)| x != 1 && x != o) {
+                    return Err(invalid(format!("matmul bias {s:?} does not broadcast to the output {:?}", g.out)));
+                }
+                bs
+            }
+            None => vec![1; r],
+        };
+        let bias_elems = elements("matmul bias", &bias_shape)?;
+        // Element strides along the output's axes, 0 where the operand broadcasts.
+        let bstrides = |shape: &[usize], unit: u64| -> Vec<u64> {
+            let mut st = vec![0u64; shape.len()];
+            let mut run = unit;
+            for i in (0..shape.len()).rev() {
+                st[i] = if shape[i] == 1 { 0 } else { run };
+                run *= shape[i] as u64;
+            }
+            st
+        };
+        let (mu, nu, ku) = (m as u64, n as u64, ka as u64);
+        let sa = bstrides(&a_batch, mu * ku);
+        let sb = bstrides(&b_batch, ku * nu);
+        let sc = bstrides(&bias_shape, 1);
+        // Merge neighbouring batch axes where every operand steps through them as one axis;
+        // drop axes of size 1.
+        let mut axes: Vec<(u64, u64, u64, u64)> = Vec::new();
+        for i in 0..nb {
+            let d = g.out[i] as u64;
+            if d == 1 {
+                continue;
+            }
+            let cur = (d, sa[i], sb[i], sc[i]);
+            if let Some(last) = axes.last_mut() {
+                let joins = |outer: u64, inner: u64| outer == inner * d;
+                if joins(last.1, cur.1) && joins(last.2, cur.2) && joins(last.3, cur.3) {
+                    *last = (last.0 * d, cur.1, cur.2, cur.3);
+                    continue;
+                }
+            }
+            axes.push(cur);
+        }
+        if axes.len() > MATMUL_BATCH_AXES {
+            return Err(invalid(format!(
+                "matmul batch axes broadcast in {} separate groups; at most {MATMUL_BATCH_AXES} ({shapes})",
+                axes.len()
+            )));
+        }
+        let batches: u64 = g.out[..nb].iter().map(|&d| d as u64).product();
+        Ok(MatmulPlan {
+            m: w(mu),
+            n: w(nu),
+            k: w(ku),
+            batches: w(batches),
+            axes: axes.iter().map(|&(dim, a, b, c)| BatchAxis { dim: w(dim), a: w(a), b: w(b), c: w(c) }).collect(),
+            bias_sm: w(sc[r - 2]),
+            bias_sn: w(sc[r - 1]),
+            a_elems,
+            b_elems,
+            bias_elems,
+            out_elems,
+        })
+    }
+}
+
+/// SOFTMAX over the last axis: `dst = softmax(x * scale + mask)`, exactly `reference::softmax`.
+/// The logits are `add(mul(x, scale), mask)` with the mask broadcast numpy-style to `shape`
+/// (or `mul(x, scale)` without one); each row then goes through `numerics::softmax_row`.
+pub fn softmax(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    x: &Slice,
+    shape: &[usize],
+    mask: Option<(&Slice, &[usize])>,
+    scale: f32,
+) -> Result<(), VulkanError> {
+    softmax_with(k, rec, dst, x, shape, mask, scale, None)
+}
+
+/// [`softmax`] with an explicit number of threads per row (a power of two from 1 to 256; None
+/// picks one). Every choice gives the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_with(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    x: &Slice,
+    shape: &[usize],
+    mask: Option<(&Slice, &[usize])>,
+    scale: f32,
+    threads_per_row: Option<u32>,
+) -> Result<(), VulkanError> {
+    let total = elements("softmax", shape)?;
+    check_len("softmax x", x, total)?;
+    check_len("softmax destination", dst, total)?;
+    let r = shape.len();
+    let n = shape.last().copied().unwrap_or(1) as u64;
+    // Mask strides along each axis of `shape`, 0 where it broadcasts.
+    let mut mstr = vec![0u64; r];
+    if let Some((ms, mshape)) = mask {
+        let melems = elements("softmax mask", mshape)?;
+        check_len("softmax mask", ms, melems)?;
+        if mshape.len() > r {
+            return Err(invalid(format!("softmax mask {mshape:?} has more axes than the input {shape:?}")));
+        }
+        let lead = r - mshape.len();
+        let mut run = 1u64;
+        for i in (0..r).rev() {
+            let d = if i < lead { 1 } else { mshape[i - lead] };
+            if d != 1 && d != shape[i] {
+                return Err(invalid(format!("softmax mask {mshape:?} does not broadcast to the input {shape:?}")));
+            }
+            mstr[i] = if d == 1 { 0 } else { run };
+            run *= d as u64;
+        }
+    }
+    let rows = if n == 0 { 0 } else { total / n };
+    let tbits = tbits_of(threads_per_row, auto_tbits(rows, n, false))?;
+    if total == 0 {
+        return Ok(());
+    }
+    // The leading axes, size-1 axes dropped and neighbours merged where the mask steps through
+    // them as one axis.
+    let mut axes: Vec<(u64, u64)> = Vec::new();
+    for i in 0..r.saturating_sub(1) {
+        let d = shape[i] as u64;
+        if d == 1 {
+            continue;
+        }
+        match axes.last_mut() {
+            Some(last) if last.1 == mstr[i] * d => *last = (last.0 * d, mstr[i]),
+            _ => axes.push((d, mstr[i])),
+        }
+    }
+    let (mut dims, mut strs) = ([1u32; 8], [0u32; 8]);
+    for (i, &(d, s)) in axes.iter().enumerate() {
+        dims[i] = w(d);
+        strs[i] = w(s);
+    }
+    let flags = u32::from(mask.is_some()) | (axes.len() as u32) << 8;
+    let mask_last = if r == 0 { 0 } else { w(mstr[r - 1]) };
+    let mut push: Vec<u32> = dims.iter().chain(&strs).copied().collect();
+    push.extend([w(rows), w(n), tbits, flags, scale.to_bits(), mask_last]);
+    let kernel = k.get("softmax")?;
+    let mask_slice = mask.map_or(x, |(s, _)| s);
+    let bindings = [Binding::write(dst), Binding::read(x), Binding::read(mask_slice)];
+    dispatch_rows(rec, &kernel, &bindings, &push, rows, tbits)
+}
+
+/// LAYERNORM over rows of `n`: exactly `reference::layernorm` (`numerics::layernorm_row`:
+/// mean and variance by the tree, `div` by `n`, `rsqrt(var + eps)`, then `* gamma`, `+ beta`).
+/// `x` and `dst` hold `rows * n` elements, `gamma` and `beta` `n` each.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+    gamma: Option<&Slice>,
+    beta: Option<&Slice>,
+    eps: f32,
+) -> Result<(), VulkanError> {
+    layernorm_with(k, rec, dst, x, rows, n, gamma, beta, eps, None)
+}
+
+/// [`layernorm`] with an explicit number of threads per row (see [`softmax_with`]).
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_with(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+    gamma: Option<&Slice>,
+    beta: Option<&Slice>,
+    eps: f32,
+    threads_per_row: Option<u32>,
+) -> Result<(), VulkanError> {
+    let total = norm_checks("layernorm", dst, x, rows, n, &[("gamma", gamma), ("beta", beta)])?;
+    let tbits = tbits_of(threads_per_row, auto_tbits(rows as u64, n as u64, false))?;
+    if total == 0 {
+        return Ok(());
+    }
+    let flags = u32::from(gamma.is_some()) | u32::from(beta.is_some()) << 1;
+    let push = [w(rows as u64), w(n as u64), tbits, flags, count(n).to_bits(), eps.to_bits()];
+    let kernel = k.get("layernorm")?;
+    let bindings = [
+        Binding::write(dst),
+        Binding::read(x),
+        Binding::read(gamma.unwrap_or(x)),
+        Binding::read(beta.unwrap_or(x)),
+    ];
+    dispatch_rows(rec, &kernel, &bindings, &push, rows as u64, tbits)
+}
+
+/// RMSNORM over rows of `n`: exactly `reference::rmsnorm` (`numerics::rmsnorm_row`: mean
+/// square by the tree over `mul(x, x)`, `div` by `n`, `rsqrt(ms + eps)`, then `* gamma`).
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+    gamma: Option<&Slice>,
+    eps: f32,
+) -> Result<(), VulkanError> {
+    rmsnorm_with(k, rec, dst, x, rows, n, gamma, eps, None)
+}
+
+/// [`rmsnorm`] with an explicit number of threads per row (see [`softmax_with`]).
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm_with(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+    gamma: Option<&Slice>,
+    eps: f32,
+    threads_per_row: Option<u32>,
+) -> Result<(), VulkanError> {
+    let total = norm_checks("rmsnorm", dst, x, rows, n, &[("gamma", gamma)])?;
+    let tbits = tbits_of(threads_per_row, auto_tbits(rows as u64, n as u64, false))?;
+    if total == 0 {
+        return Ok(());
+    }
+    let push = [w(rows as u64), w(n as u64), tbits, u32::from(gamma.is_some()), count(n).to_bits(), eps.to_bits()];
+    let kernel = k.get("rmsnorm")?;
+    let bindings = [Binding::write(dst), Binding::read(x), Binding::read(gamma.unwrap_or(x))];
+    dispatch_rows(rec, &kernel, &bindings, &push, rows as u64, tbits)
+}
+
+/// `n` as f32, rounded as `numerics::reduce::count` rounds it (`n as f32`), passed to the
+/// shaders as bits so they never convert an integer themselves.
+fn count(n: usize) -> f32 {
+    n as f32
+}
+
+/// Sizes of a normalization: `rows * n` elements in `x` and `dst`, `n` in each affine operand.
+fn norm_checks(
+    what: &str,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+    affine: &[(&str, Option<&Slice>)],
+) -> Result<u64, VulkanError> {
+    let total = elements(what, &[rows, n])?;
+    check_len(&format!("{what} x"), x, total)?;
+    check_len(&format!("{what} destination"), dst, total)?;
+    for (name, s) in affine {
+        if let Some(s) = s {
+            check_len(&format!("{what} {name}"), s, n as u64)?;
+        }
+    }
+    Ok(total)
+}
+
+/// REDUCE_SUM / REDUCE_MEAN / REDUCE_MAX of `x` (of `shape`) over `axis`, exactly
+/// `reference::reduce`: `dst` has the shape without the axis; output `o * inner + i` reduces
+/// `x[(o * len + e) * inner + i]` for `e` ascending with the tree (`numerics::sum`,
+/// `max_reduce`; mean = `div(sum, len)`). Empty rows give +0, -inf and NaN.
+pub fn reduce(
+    k: &Kernels,
+    rec: &mut Recorder,
+    op: Reduce,
+    dst: &Slice,
+    x: &Slice,
+    shape: &[usize],
+    axis: usize,
+) -> Result<(), VulkanError> {
+    reduce_with(k, rec, op, dst, x, shape, axis, None)
+}
+
+/// [`reduce`] with an explicit number of threads per output (see [`softmax_with`]).
+#[allow(clippy::too_many_arguments)]
+pub fn reduce_with(
+    k: &Kernels,
+    rec: &mut Recorder,
+    op: Reduce,
+    dst: &Slice,
+    x: &Slice,
+    shape: &[usize],
+    axis: usize,
+    threads_per_row: Option<u32>,
+) -> Result<(), VulkanError> {
+    let total = elements("reduce", shape)?;
+    if axis >= shape.len() {
+        return Err(invalid(format!("reduce over axis {axis} of a shape of {} axes {shape:?}", shape.len())));
+    }
+    let outer = shape[..axis].iter().product::<usize>() as u64;
+    let len = shape[axis] as u64;
+    let inner = shape[axis + 1..].iter().product::<usize>() as u64;
+    // Output elements: outer * inner, which may exceed `total` when len is 0.
+    let outs = outer.checked_mul(inner).filter(|&o| o <= MAX_ELEMS);
+    let Some(outs) = outs else {
+        return Err(invalid(format!("reduce of {shape:?} over axis {axis}: 2^31 or more outputs")));
+    };
+    check_len("reduce x", x, total)?;
+    check_len("reduce destination", dst, outs)?;
+    let auto = auto_tbits(outs, len, inner > 1);
+    let tbits = tbits_of(threads_per_row, auto)?;
+    if outs == 0 {
+        return Ok(());
+    }
+    let code = match op {
+        Reduce::Sum => 0u32,
+        Reduce::Mean => 1,
+        Reduce::Max => 2,
+    };
+    let push = [w(outer), w(len), w(inner), tbits, code, count(len as usize).to_bits()];
+    let kernel = k.get("reduce")?;
+    dispatch_rows(rec, &kernel, &[Binding::write(dst), Binding::read(x)], &push, outs, tbits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(a: &[usize], b: &[usize], out: &[usize]) -> MatmulShape {
+        MatmulShape { a: a.to_vec(), b: b.to_vec(), out: out.to_vec(), ta: false, tb: false }
+    }
+
+    #[test]
+    fn batch_axes_merge_and_broadcast() {
+        // [2,3] batch of a, [3] of b: a steps through both axes as one, b broadcasts axis 0.
+        let p = MatmulPlan::new(&shape(&[2, 3, 4, 5], &[3, 5, 6], &[2, 3, 4, 6]), None).unwrap();
+        assert_eq!(
+            p.axes,
+            vec![BatchAxis { dim: 2, a: 60, b: 0, c: 0 }, BatchAxis { dim: 3, a: 20, b: 30, c: 0 }]
+        );
+        assert_eq!(p.batches, 6);
+        // Both full: one merged axis.
+        let p = MatmulPlan::new(&shape(&[2, 3, 4, 5], &[2, 3, 5, 6], &[2, 3, 4, 6]), None).unwrap();
+        assert_eq!(p.axes, vec![BatchAxis { dim: 6, a: 20, b: 30, c: 0 }]);
+        // Bias [m, 1]: a row stride, no column stride.
+        let p = MatmulPlan::new(&shape(&[4, 5], &[5, 6], &[4, 6]), Some(&[4, 1])).unwrap();
+        assert_eq!((p.bias_sm, p.bias_sn, p.bias_elems), (1, 0, 4));
+    }
+
+    #[test]
+    fn bad_shapes_are_refused() {
+        let msg = |r: Result<MatmulPlan, VulkanError>| r.unwrap_err().to_string();
+        assert!(msg(MatmulPlan::new(&shape(&[4, 5], &[6, 7], &[4, 7]), None)).contains("do not agree"));
+        assert!(msg(MatmulPlan::new(&shape(&[2, 4, 5], &[3, 5, 7], &[2, 4, 7]), None)).contains("broadcast"));
+        assert!(msg(MatmulPlan::new(&shape(&[4, 5], &[5, 7], &[4, 7]), Some(&[5]))).contains("bias"));
+        assert!(msg(MatmulPlan::new(&shape(&[5], &[5, 7], &[4, 7]), None)).contains("rank 2"));
+        let big = [1usize, 1, 1, 1, 1, 1, 1, 4, 5];
+        assert!(msg(MatmulPlan::new(&shape(&big, &[5, 7], &[4, 7]), None)).contains("at most 8"));
+    }
+}

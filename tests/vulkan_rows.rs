@@ -1,0 +1,488 @@
+//! The Vulkan row and contraction kernels (`exec::vulkan::ops::rows`: MATMUL, SOFTMAX,
+//! LAYERNORM, RMSNORM, REDUCE_SUM/MEAN/MAX) against the CPU reference, bit for bit (strict tier),
+//! on random shapes (odd sizes, rows longer than 256 and not multiples of it, m/n/k across tile
+//! edges, batch broadcasting, transposes, bias and mask broadcasting, every reduction axis) and
+//! values (denormals, ±inf, NaN payloads, -0.0, large magnitudes).
+//!
+//! With no Vulkan device these tests print "skipped: ..." and pass, unless
+//! ADEADVM_REQUIRE_VULKAN=1 (CI), where a missing device fails them.
+
+use std::sync::OnceLock;
+
+use adeadvm::exec::cpu::reference::{self, MatmulShape, Reduce};
+use adeadvm::exec::vulkan::ops::rows;
+use adeadvm::exec::vulkan::{self, Recorder, Slice, VulkanError, VulkanExec, SHADERS};
+use adeadvm::isa::Act;
+use proptest::prelude::*;
+
+fn required() -> bool {
+    std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+}
+
+/// The shared executor, or None (after printing why) when there is no device and none is required.
+fn exec() -> Option<&'static VulkanExec> {
+    static EXEC: OnceLock<Result<VulkanExec, String>> = OnceLock::new();
+    match EXEC.get_or_init(|| VulkanExec::new().map_err(|e| e.to_string())) {
+        Ok(e) => Some(e),
+        Err(reason) if required() => panic!("ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {reason}"),
+        Err(reason) => {
+            println!("skipped: no Vulkan device ({reason})");
+            None
+        }
+    }
+}
+
+/// Deterministic pseudo-random bits (splitmix-like), so failures reproduce from the seed.
+fn mix(mut x: u64) -> u32 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) as u32
+}
+
+/// Values that exercise the strict rules: zeros of both signs, denormals, FLT_MIN and its
+/// neighbours, infinities, NaNs with payloads, the largest finite values.
+const SPECIALS: &[u32] = &[
+    0x0000_0000,
+    0x8000_0000,
+    0x0000_0001,
+    0x8000_0001,
+    0x007f_ffff,
+    0x807f_ffff,
+    0x0080_0000,
+    0x8080_0000,
+    0x0080_0001,
+    0x7f80_0000,
+    0xff80_0000,
+    0x7fc0_0000,
+    0xffc0_1234,
+    0x7f80_0001,
+    0x7f7f_ffff,
+    0xff7f_ffff,
+    0x5f80_0000,
+    0xdf00_0000,
+    0x3f80_0000,
+    0x1e3c_e508,
+];
+
+/// `len` values from `seed`: mostly moderate normals (|v| in [2^-8, 2^8)), a few of huge or tiny
+/// magnitude, and a `spice` per mille of [`SPECIALS`].
+fn values(seed: u64, len: usize, spice: u32) -> Vec<f32> {
+    (0..len)
+        .map(|i| {
+            let r = mix(seed.wrapping_mul(0x1_0000_0001).wrapping_add(i as u64));
+            let pick = mix(u64::from(r) ^ 0x5555) % 1000;
+            if pick < spice {
+                return f32::from_bits(SPECIALS[(r as usize >> 3) % SPECIALS.len()]);
+            }
+            let e = if pick < spice + 10 { (r >> 8) % 254 + 1 } else { 119 + (r >> 8) % 16 };
+            f32::from_bits((r & 0x807f_ffff) | (e << 23))
+        })
+        .collect()
+}
+
+fn upload(ex: &VulkanExec, rec: &mut Recorder, v: &[f32]) -> Slice {
+    ex.upload(rec, bytemuck::cast_slice(v)).unwrap()
+}
+
+fn fetch(ex: &VulkanExec, rec: &mut Recorder, s: &Slice) -> Vec<f32> {
+    bytemuck::pod_collect_to_vec(&ex.fetch(rec, s).unwrap())
+}
+
+/// Fails with the first differing element (as bits) unless `got` is `want` bit for bit.
+fn same_bits(what: &str, want: &[f32], got: &[f32]) -> Result<(), TestCaseError> {
+    prop_assert_eq!(want.len(), got.len(), "{}: length", what);
+    let bad: Vec<usize> = (0..want.len()).filter(|&i| want[i].to_bits() != got[i].to_bits()).collect();
+    if let Some(&i) = bad.first() {
+        return Err(TestCaseError::fail(format!(
+            "{what}: {} of {} results differ from the CPU reference; first at {i}: cpu {:#010x} ({}), vulkan {:#010x} ({})",
+            bad.len(),
+            want.len(),
+            want[i].to_bits(),
+            want[i],
+            got[i].to_bits(),
+            got[i]
+        )));
+    }
+    Ok(())
+}
+
+fn check(r: Result<(), TestCaseError>) {
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+/// One matmul on the GPU and on the CPU reference; Err names the case.
+fn matmul_case(
+    ex: &VulkanExec,
+    g: &MatmulShape,
+    act: Act,
+    bias_shape: Option<&[usize]>,
+    seed: u64,
+    spice: u32,
+) -> Result<(), TestCaseError> {
+    let count = |s: &[usize]| s.iter().product::<usize>();
+    let a = values(seed, count(&g.a), spice);
+    let b = values(seed + 1, count(&g.b), spice);
+    let bias = bias_shape.map(|s| values(seed + 2, count(s), spice));
+    let mut want = vec![0.0f32; count(&g.out)];
+    reference::matmul(g, &a, &b, bias.as_deref().zip(bias_shape), act, &mut want);
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let (sa, sb) = (upload(ex, &mut rec, &a), upload(ex, &mut rec, &b));
+    let sbias = bias.as_ref().map(|v| upload(ex, &mut rec, v));
+    let dst = ex.alloc(want.len() as u64 * 4).unwrap();
+    rows::matmul(ex.kernels(), &mut rec, g, act, &dst, &sa, &sb, sbias.as_ref().zip(bias_shape)).unwrap();
+    let got = fetch(ex, &mut rec, &dst);
+    let what = format!("matmul {g:?} act {act:?} bias {bias_shape:?} seed {seed} spice {spice}");
+    same_bits(&what, &want, &got)
+}
+
+/// A batched matmul geometry: batch axes of `dims` where `a_full[i]` / `b_full[i]` say whether
+/// the operand has the axis (else size 1); with `drop`, an operand's leading broadcast axes are
+/// left out entirely (numpy: a lower rank).
+fn geometry(
+    dims: &[usize],
+    a_full: &[bool],
+    b_full: &[bool],
+    (m, n, k): (usize, usize, usize),
+    (ta, tb): (bool, bool),
+    drop: bool,
+) -> MatmulShape {
+    let op = |full: &[bool], mat: [usize; 2]| -> Vec<usize> {
+        let mut s: Vec<usize> = dims.iter().zip(full).map(|(&d, &f)| if f { d } else { 1 }).collect();
+        while drop && s.first() == Some(&1) && full.get(dims.len() - s.len()) == Some(&false) {
+            s.remove(0);
+        }
+        s.extend(mat);
+        s
+    };
+    let a = op(a_full, if ta { [k, m] } else { [m, k] });
+    let b = op(b_full, if tb { [n, k] } else { [k, n] });
+    let mut out: Vec<usize> =
+        dims.iter().zip(a_full.iter().zip(b_full)).map(|(&d, (&x, &y))| if x || y { d } else { 1 }).collect();
+    out.extend([m, n]);
+    MatmulShape { a, b, out, ta, tb }
+}
+
+fn act_of(i: u8) -> Act {
+    [Act::None, Act::Relu, Act::Gelu][usize::from(i % 3)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matmul_matches_reference_bits(
+        batch in prop::collection::vec((1usize..4, any::<bool>(), any::<bool>()), 0..4),
+        m in 1usize..80,
+        n in 1usize..140,
+        k in 0usize..60,
+        ta in any::<bool>(),
+        tb in any::<bool>(),
+        drop in any::<bool>(),
+        act in 0u8..3,
+        bias_kind in 0u8..6,
+        seed in any::<u32>(),
+        spice in prop::sample::select(vec![0u32, 5, 40]),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let dims: Vec<usize> = batch.iter().map(|b| b.0).collect();
+        let a_full: Vec<bool> = batch.iter().map(|b| b.1).collect();
+        let b_full: Vec<bool> = batch.iter().map(|b| b.2).collect();
+        // Keep each case small for the 2-core lavapipe CI.
+        let reps: usize = dims.iter().product();
+        let k = if reps * m * n * k > 400_000 { k.min(4) } else { k };
+        let g = geometry(&dims, &a_full, &b_full, (m, n, k), (ta, tb), drop);
+        let r = g.out.len();
+        let bias: Option<Vec<usize>> = match bias_kind {
+            0 => None,
+            1 => Some(vec![n]),
+            2 => Some(vec![m, 1]),
+            3 => Some(g.out.clone()),
+            4 => Some(vec![1]),
+            // The batch axes and the columns, broadcast along the rows.
+            _ => Some(g.out.iter().enumerate().map(|(i, &d)| if i == r - 2 { 1 } else { d }).collect()),
+        };
+        matmul_case(ex, &g, act_of(act), bias.as_deref(), u64::from(seed), spice)?;
+    }
+
+    #[test]
+    fn softmax_matches_reference_bits(
+        lead in prop::collection::vec(1usize..4, 0..4),
+        n in prop::sample::select(vec![0usize, 1, 2, 3, 7, 31, 255, 256, 257, 300, 513, 700, 1030]),
+        mask_keep in prop::collection::vec(any::<bool>(), 0..6),
+        has_mask in any::<bool>(),
+        scale in prop::sample::select(vec![1.0f32, 0.125, -2.0, 0.0, 3.0e38, f32::INFINITY]),
+        seed in any::<u32>(),
+        spice in prop::sample::select(vec![0u32, 2, 30]),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let mut shape = lead.clone();
+        shape.push(n);
+        let total: usize = shape.iter().product();
+        // The mask: the last `mask_keep.len()` axes (at most the rank), each kept or made 1.
+        let mr = mask_keep.len().min(shape.len());
+        let mshape: Vec<usize> = shape[shape.len() - mr..]
+            .iter()
+            .zip(&mask_keep)
+            .map(|(&d, &keep)| if keep { d } else { 1 })
+            .collect();
+        let x = values(u64::from(seed), total, spice);
+        let mvals = values(u64::from(seed) + 7, mshape.iter().product(), spice);
+        let mask = has_mask.then_some((mvals.as_slice(), mshape.as_slice()));
+        let mut want = vec![0.0f32; total];
+        reference::softmax(&x, &shape, mask, scale, &mut want);
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let sx = upload(ex, &mut rec, &x);
+        let sm = upload(ex, &mut rec, &mvals);
+        let dst = ex.alloc(total as u64 * 4).unwrap();
+        let gmask = has_mask.then_some((&sm, mshape.as_slice()));
+        rows::softmax(ex.kernels(), &mut rec, &dst, &sx, &shape, gmask, scale).unwrap();
+        let got = fetch(ex, &mut rec, &dst);
+        let what = format!("softmax {shape:?} mask {:?} scale {scale} seed {seed} spice {spice}", has_mask.then_some(&mshape));
+        same_bits(&what, &want, &got)?;
+    }
+
+    #[test]
+    fn layernorm_and_rmsnorm_match_reference_bits(
+        nrows in 0usize..12,
+        n in prop::sample::select(vec![0usize, 1, 2, 5, 64, 255, 256, 257, 600, 1100]),
+        with_gamma in any::<bool>(),
+        with_beta in any::<bool>(),
+        eps in prop::sample::select(vec![1.0e-5f32, 0.0, 1.0, 1.0e-30]),
+        seed in any::<u32>(),
+        spice in prop::sample::select(vec![0u32, 2, 30]),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let total = nrows * n;
+        let x = values(u64::from(seed), total, spice);
+        let gamma = values(u64::from(seed) + 3, n, spice);
+        let beta = values(u64::from(seed) + 4, n, spice);
+        let (g, b) = (with_gamma.then_some(gamma.as_slice()), with_beta.then_some(beta.as_slice()));
+        let mut want_ln = vec![0.0f32; total];
+        reference::layernorm(&x, n, g, b, eps, &mut want_ln);
+        let mut want_rms = vec![0.0f32; total];
+        reference::rmsnorm(&x, n, g, eps, &mut want_rms);
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let sx = upload(ex, &mut rec, &x);
+        let (sg, sb) = (upload(ex, &mut rec, &gamma), upload(ex, &mut rec, &beta));
+        let (gs, bs) = (with_gamma.then_some(&sg), with_beta.then_some(&sb));
+        let (d1, d2) = (ex.alloc(total as u64 * 4).unwrap(), ex.alloc(total as u64 * 4).unwrap());
+        rows::layernorm(ex.kernels(), &mut rec, &d1, &sx, nrows, n, gs, bs, eps).unwrap();
+        rows::rmsnorm(ex.kernels(), &mut rec, &d2, &sx, nrows, n, gs, eps).unwrap();
+        let (got_ln, got_rms) = (fetch(ex, &mut rec, &d1), fetch(ex, &mut rec, &d2));
+        let what = format!("[{nrows}, {n}] gamma {with_gamma} beta {with_beta} eps {eps} seed {seed} spice {spice}");
+        same_bits(&format!("layernorm {what}"), &want_ln, &got_ln)?;
+        same_bits(&format!("rmsnorm {what}"), &want_rms, &got_rms)?;
+    }
+
+    #[test]
+    fn reductions_match_reference_bits(
+        shape in prop::collection::vec(prop::sample::select(vec![0usize, 1, 2, 3, 5, 17, 256, 300]), 1..5),
+        axis_pick in any::<usize>(),
+        seed in any::<u32>(),
+        spice in prop::sample::select(vec![0u32, 2, 30]),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let mut shape = shape;
+        // Keep each case small: shrink the largest axes until the tensor is modest.
+        while shape.iter().product::<usize>() > 200_000 {
+            let i = (0..shape.len()).max_by_key(|&i| shape[i]).unwrap_or(0);
+            shape[i] = 3;
+        }
+        let axis = axis_pick % shape.len();
+        let x = values(u64::from(seed), shape.iter().product(), spice);
+        let outs: usize = shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).product();
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let sx = upload(ex, &mut rec, &x);
+        for op in [Reduce::Sum, Reduce::Mean, Reduce::Max] {
+            let mut want = vec![0.0f32; outs];
+            reference::reduce(op, &x, &shape, axis, &mut want);
+            let dst = ex.alloc(outs as u64 * 4).unwrap();
+            rows::reduce(ex.kernels(), &mut rec, op, &dst, &sx, &shape, axis).unwrap();
+            let got = fetch(ex, &mut rec, &dst);
+            same_bits(&format!("{op:?} of {shape:?} over axis {axis} seed {seed} spice {spice}"), &want, &got)?;
+        }
+    }
+}
+
+/// Every way of sharing a row between threads (1..=256 per row) gives the reference's bits,
+/// for rows shorter and longer than the 256 lanes.
+#[test]
+fn threads_per_row_never_change_bits() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    for (nrows, n) in [(5usize, 3usize), (3, 256), (4, 777)] {
+        let total = nrows * n;
+        let x = values(99 + n as u64, total, 20);
+        let gamma = values(7, n, 0);
+        let mut want_sm = vec![0.0f32; total];
+        reference::softmax(&x, &[nrows, n], None, 0.5, &mut want_sm);
+        let mut want_ln = vec![0.0f32; total];
+        reference::layernorm(&x, n, Some(&gamma), Some(&gamma), 1e-5, &mut want_ln);
+        let mut want_rms = vec![0.0f32; total];
+        reference::rmsnorm(&x, n, Some(&gamma), 1e-5, &mut want_rms);
+        // A strided reduction: [nrows, n] over axis 0.
+        let mut want_sum = vec![0.0f32; n];
+        reference::reduce(Reduce::Sum, &x, &[nrows, n], 0, &mut want_sum);
+        let mut want_max = vec![0.0f32; nrows];
+        reference::reduce(Reduce::Max, &x, &[nrows, n], 1, &mut want_max);
+        for t in (0..=8).map(|b| 1u32 << b) {
+            let mut rec = Recorder::new(ex.device()).unwrap();
+            let sx = upload(ex, &mut rec, &x);
+            let sg = upload(ex, &mut rec, &gamma);
+            let d: Vec<Slice> = (0..3).map(|_| ex.alloc(total as u64 * 4).unwrap()).collect();
+            let (ds, dm) = (ex.alloc(n as u64 * 4).unwrap(), ex.alloc(nrows as u64 * 4).unwrap());
+            let shape = [nrows, n];
+            rows::softmax_with(k, &mut rec, &d[0], &sx, &shape, None, 0.5, Some(t)).unwrap();
+            rows::layernorm_with(k, &mut rec, &d[1], &sx, nrows, n, Some(&sg), Some(&sg), 1e-5, Some(t)).unwrap();
+            rows::rmsnorm_with(k, &mut rec, &d[2], &sx, nrows, n, Some(&sg), 1e-5, Some(t)).unwrap();
+            rows::reduce_with(k, &mut rec, Reduce::Sum, &ds, &sx, &shape, 0, Some(t)).unwrap();
+            rows::reduce_with(k, &mut rec, Reduce::Max, &dm, &sx, &shape, 1, Some(t)).unwrap();
+            let what = |op: &str| format!("{op} [{nrows}, {n}] with {t} threads per row");
+            check(same_bits(&what("softmax"), &want_sm, &fetch(ex, &mut rec, &d[0])));
+            check(same_bits(&what("layernorm"), &want_ln, &fetch(ex, &mut rec, &d[1])));
+            check(same_bits(&what("rmsnorm"), &want_rms, &fetch(ex, &mut rec, &d[2])));
+            check(same_bits(&what("sum over axis 0"), &want_sum, &fetch(ex, &mut rec, &ds)));
+            check(same_bits(&what("max over axis 1"), &want_max, &fetch(ex, &mut rec, &dm)));
+        }
+    }
+}
+
+/// Hand-picked matmuls: long k with specials, every transpose, and the full bias.
+#[test]
+fn matmul_edges() {
+    let Some(ex) = exec() else { return };
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let g = geometry(&[], &[], &[], (65, 67, 300), (ta, tb), false);
+        check(matmul_case(ex, &g, Act::Gelu, Some(&[65, 67]), 11, 20));
+    }
+    // k = 0: the output is act(+0 + bias).
+    let g = geometry(&[2], &[true], &[false], (3, 5, 0), (false, false), false);
+    check(matmul_case(ex, &g, Act::Relu, Some(&[5]), 12, 0));
+    // Six batch axes that cannot merge (a and b alternate broadcasting).
+    let g = geometry(
+        &[2, 2, 2, 2, 2, 2],
+        &[true, false, true, false, true, false],
+        &[false, true, false, true, false, true],
+        (3, 4, 5),
+        (false, true),
+        true,
+    );
+    check(matmul_case(ex, &g, Act::None, Some(&[2, 1, 2, 1, 2, 1, 3, 1]), 13, 5));
+}
+
+/// Empty rows reduce to the reference's values; empty outputs record nothing.
+#[test]
+fn empty_rows_and_outputs() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let empty = ex.alloc(0).unwrap();
+    for (op, bits) in [(Reduce::Sum, 0u32), (Reduce::Max, 0xff80_0000), (Reduce::Mean, 0x7fc0_0000)] {
+        let dst = ex.alloc(6 * 4).unwrap();
+        rows::reduce(k, &mut rec, op, &dst, &empty, &[3, 0, 2], 1).unwrap();
+        let got = fetch(ex, &mut rec, &dst);
+        assert!(got.iter().all(|v| v.to_bits() == bits), "{op:?} of empty rows: {got:?}");
+    }
+    let g = MatmulShape { a: vec![0, 4], b: vec![4, 3], out: vec![0, 3], ta: false, tb: false };
+    let b = ex.alloc(12 * 4).unwrap();
+    rows::matmul(k, &mut rec, &g, Act::None, &empty, &empty, &b, None).unwrap();
+    rows::softmax(k, &mut rec, &empty, &empty, &[4, 0], None, 1.0).unwrap();
+    rows::softmax(k, &mut rec, &empty, &empty, &[0, 9], None, 1.0).unwrap();
+    rows::layernorm(k, &mut rec, &empty, &empty, 4, 0, None, None, 1e-5).unwrap();
+    rows::rmsnorm(k, &mut rec, &empty, &empty, 0, 8, None, 1e-5).unwrap();
+    rows::reduce(k, &mut rec, Reduce::Sum, &empty, &empty, &[0, 5], 1).unwrap();
+    assert!(!rec.has_work(), "empty outputs must record nothing");
+}
+
+/// More rows, outputs or batches than one grid dimension holds: the shaders loop.
+#[test]
+fn grids_past_65535_workgroups() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let rows_n = 65_600usize;
+    let x = values(5, rows_n, 10);
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let sx = upload(ex, &mut rec, &x);
+    // One row per workgroup (256 threads on one element).
+    let dst = ex.alloc(rows_n as u64 * 4).unwrap();
+    rows::rmsnorm_with(k, &mut rec, &dst, &sx, rows_n, 1, None, 1e-5, Some(256)).unwrap();
+    let mut want = vec![0.0f32; rows_n];
+    reference::rmsnorm(&x, 1, None, 1e-5, &mut want);
+    check(same_bits("rmsnorm of 65600 rows", &want, &fetch(ex, &mut rec, &dst)));
+    // 65600 batches of a 1x1x1 matmul.
+    let g = MatmulShape { a: vec![rows_n, 1, 1], b: vec![1, 1, 1], out: vec![rows_n, 1, 1], ta: false, tb: false };
+    let sb = upload(ex, &mut rec, &[1.5]);
+    rows::matmul(k, &mut rec, &g, Act::None, &dst, &sx, &sb, None).unwrap();
+    let mut want = vec![0.0f32; rows_n];
+    reference::matmul(&g, &x, &[1.5], None, Act::None, &mut want);
+    check(same_bits("matmul of 65600 batches", &want, &fetch(ex, &mut rec, &dst)));
+}
+
+/// Bad shapes and sizes are clean errors, never panics.
+#[test]
+fn bad_input_is_refused() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let s = |n: u64| ex.alloc(n * 4).unwrap();
+    let msg = |r: Result<(), VulkanError>| r.unwrap_err().to_string();
+    let x = s(24);
+    let nine = [1usize, 1, 1, 1, 1, 1, 2, 3, 4];
+    assert_eq!(
+        msg(rows::softmax(k, &mut rec, &x, &x, &nine, None, 1.0)),
+        "invalid Vulkan dispatch: softmax: shape [1, 1, 1, 1, 1, 1, 2, 3, 4] has 9 axes; at most 8"
+    );
+    assert_eq!(
+        msg(rows::softmax(k, &mut rec, &s(23), &x, &[2, 3, 4], None, 1.0)),
+        "invalid Vulkan dispatch: softmax destination: a slice of 92 bytes for 24 f32 elements (96 bytes)"
+    );
+    assert_eq!(
+        msg(rows::softmax(k, &mut rec, &x, &x, &[2, 3, 4], Some((&s(2), &[2, 1])), 1.0)),
+        "invalid Vulkan dispatch: softmax mask [2, 1] does not broadcast to the input [2, 3, 4]"
+    );
+    assert_eq!(
+        msg(rows::reduce(k, &mut rec, Reduce::Sum, &s(6), &x, &[2, 3, 4], 3)),
+        "invalid Vulkan dispatch: reduce over axis 3 of a shape of 3 axes [2, 3, 4]"
+    );
+    assert_eq!(
+        msg(rows::layernorm(k, &mut rec, &x, &x, 6, 4, Some(&s(5)), None, 1e-5)),
+        "invalid Vulkan dispatch: layernorm gamma: a slice of 20 bytes for 4 f32 elements (16 bytes)"
+    );
+    assert_eq!(
+        msg(rows::rmsnorm_with(k, &mut rec, &x, &x, 6, 4, None, 1e-5, Some(3))),
+        "invalid Vulkan dispatch: 3 threads per row; a power of two from 1 to 256"
+    );
+    let g = MatmulShape { a: vec![2, 3], b: vec![4, 2], out: vec![2, 2], ta: false, tb: false };
+    let e = msg(rows::matmul(k, &mut rec, &g, Act::None, &s(4), &s(6), &s(8), None));
+    assert!(e.contains("matmul shapes do not agree: op(a) is [2, 3], op(b) [4, 2]"), "{e}");
+    let g = MatmulShape { a: vec![2, 3], b: vec![3, 2], out: vec![2, 2], ta: false, tb: false };
+    let e = msg(rows::matmul(k, &mut rec, &g, Act::None, &s(4), &s(6), &s(6), Some((&s(3), &[3]))));
+    assert_eq!(e, "invalid Vulkan dispatch: matmul bias [3] does not broadcast to the output [2, 2]");
+    let e = msg(rows::matmul(k, &mut rec, &g, Act::None, &s(4), &s(5), &s(6), None));
+    assert_eq!(e, "invalid Vulkan dispatch: matmul a: a slice of 20 bytes for 6 f32 elements (24 bytes)");
+    let huge = [65_536usize, 65_536];
+    assert!(msg(rows::softmax(k, &mut rec, &x, &x, &huge, None, 1.0)).contains("2^31 or more elements"));
+    assert!(!rec.has_work());
+}
+
+/// The interfaces the launchers bind (binding 0 the destination, then the sources) and the
+/// push-constant blocks they fill.
+#[test]
+fn reflected_row_interfaces() {
+    let want: &[(&str, &[u32], u32)] = &[
+        ("matmul", &[0, 1, 2, 3], 124),
+        ("softmax", &[0, 1, 2], 88),
+        ("layernorm", &[0, 1, 2, 3], 24),
+        ("rmsnorm", &[0, 1, 2], 24),
+        ("reduce", &[0, 1], 24),
+    ];
+    for &(name, bindings, push) in want {
+        let (_, bytes) = SHADERS.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("{name} missing"));
+        let i = vulkan::reflect(&vulkan::spirv_words(bytes).unwrap()).unwrap();
+        assert_eq!((i.bindings.as_slice(), i.push_bytes), (bindings, push), "{name}");
+        assert!(push <= 128, "{name}: push constants over the 128 bytes every device allows");
+    }
+}
