@@ -371,7 +371,7 @@ fn data(name: &str) -> HostTensor {
 
 fn mixed_inputs() -> Vec<(&'static str, HostTensor)> {
     let x = awkward(3 * 37, 21, -6.0, 6.0);
-    let ints: Vec<i32> = (0..3 * 37).map(|k| (k as i32 - 50) * 40_000_001).collect();
+    let ints: Vec<i32> = (0..3 * 37).map(|k| (k as i32 - 50).wrapping_mul(40_000_001)).collect();
     vec![("x", f32s(&[3, 37], &x)), ("i", i32s(&[3, 37], &ints)), ("ids", i32s(&[5], &[5, 0, 3, 3, 1]))]
 }
 
@@ -554,4 +554,35 @@ proptest! {
             same_bits("random program", &p, &[("x", f32s(&[r, c], &x[..r * c]))]);
         }
     }
+}
+
+#[test]
+fn a_missing_device_or_loader_is_a_clear_error() {
+    if !vulkan() {
+        return;
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let run = |var: &str, value: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_adeadvm"))
+            .current_dir(root)
+            .args(["run", "programs/mlp.s", "--backend", "vulkan", "--input", "x=programs/data/mlp_x.npy"])
+            .env(var, value)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = run("ADEADVM_VULKAN_DEVICE", "99");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.starts_with("error: Vulkan is unavailable: ADEADVM_VULKAN_DEVICE=99: no such device"), "{err}");
+    let (code, err) = run(adeadvm::exec::vulkan::LIBRARY_ENV, "/nonexistent/libvulkan.so.1");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.starts_with("error: Vulkan is unavailable: cannot load /nonexistent/libvulkan.so.1"), "{err}");
+    // auto placement falls back to the CPU quietly.
+    let out = Command::new(env!("CARGO_BIN_EXE_adeadvm"))
+        .current_dir(root)
+        .args(["run", "programs/mlp.s", "--input", "x=programs/data/mlp_x.npy"])
+        .env(adeadvm::exec::vulkan::LIBRARY_ENV, "/nonexistent/libvulkan.so.1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

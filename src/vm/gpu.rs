@@ -69,7 +69,7 @@ pub fn shared_device() -> Result<Arc<VulkanExec>, VulkanError> {
     SHARED
         .get_or_init(|| VulkanExec::new().map(Arc::new).map_err(|e| e.to_string()))
         .clone()
-        .map_err(VulkanError::NoDevice)
+        .map_err(VulkanError::Earlier)
 }
 
 /// Whether the machine has a Vulkan device that is not a CPU emulation (checked once, without

@@ -213,11 +213,15 @@ impl Device {
     pub fn open() -> Result<Device, VulkanError> {
         let entry = load_entry()?;
         let (instance, api) = create_instance(&entry)?;
-        match Self::open_on(entry, &instance, api) {
+        // open_on takes a clone: on failure the library must stay loaded until the instance is
+        // destroyed below (the clone shares the loaded library).
+        match Self::open_on(entry.clone(), &instance, api) {
             Ok(d) => Ok(d),
             Err(e) => {
-                // SAFETY: open_on destroyed everything it created from the instance before failing.
+                // SAFETY: open_on destroyed everything it created from the instance before failing;
+                // `entry` still holds the loader library.
                 unsafe { instance.destroy_instance(None) };
+                drop(entry);
                 Err(e)
             }
         }

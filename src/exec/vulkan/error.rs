@@ -26,6 +26,9 @@ pub enum VulkanError {
     /// Any other failing Vulkan call.
     #[error("Vulkan call {call} failed: {result}")]
     Call { call: &'static str, result: vk::Result },
+    /// The process's shared device failed to open earlier; the message says why.
+    #[error("{0}")]
+    Earlier(String),
     /// The caller passed something the kernel cannot take.
     #[error("invalid Vulkan dispatch: {0}")]
     Invalid(String),
