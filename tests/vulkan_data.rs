@@ -301,7 +301,9 @@ proptest! {
         let halves: Vec<u32> = (0..n).map(|i| (w[i / 2] >> (16 * (i % 2))) & 0xffff).collect();
         same("unpack16", &halves, &got);
         // Garbage in the high halves must not leak; an odd tail's upper half is 0.
-        let dirty: Vec<u32> = halves.iter().enumerate().map(|(i, &h)| h | ((i as u32) << 16)).collect();
+        // A garbage word past n must not reach an odd tail either.
+        let mut dirty: Vec<u32> = halves.iter().enumerate().map(|(i, &h)| h | ((i as u32) << 16)).collect();
+        dirty.push(0xbeef_beef);
         let words = n.div_ceil(2);
         let got = run(ex, &[&dirty], words, |k, rec, o, ins| data::pack16(k, rec, o, &ins[0], n));
         let mut want: Vec<u32> = w[..words].to_vec();
@@ -521,8 +523,11 @@ fn cast_every_pair_matches_the_vm() {
                 let x = HostTensor::from_bytes(sd, vec![n], &src_bytes).unwrap();
                 let outs = common::run(&prog, &[("x", x)]).unwrap();
                 let want = outs["y"].bytes().to_vec();
+                // Garbage past the n elements (0x3c00 halves) must not reach the output.
                 let mut padded = src_bytes.clone();
-                padded.resize(src_bytes.len().div_ceil(4) * 4, 0);
+                while padded.len() % 4 != 0 || padded.len() < src_bytes.len() + 4 {
+                    padded.extend([0x00, 0x3c]);
+                }
                 let words = (n * dd.size()).div_ceil(4);
                 let got = run(ex, &[bytemuck::cast_slice(&padded)], words, |k, rec, o, ins| {
                     data::cast(k, rec, o, dd, &ins[0], sd, n)
