@@ -542,6 +542,46 @@ fn cast_every_pair_matches_the_vm() {
     }
 }
 
+/// CAST of every 16-bit pattern, and of every 4093rd 32-bit pattern, to every dtype, against
+/// the VM's CAST on the CPU.
+#[test]
+fn cast_sweeps_match_the_vm() {
+    let Some(ex) = exec() else { return };
+    for sd in DType::ALL {
+        let src: Vec<u8> = if sd.size() == 2 {
+            (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect()
+        } else {
+            (0..=u32::MAX / 4093).flat_map(|i| (i * 4093).to_le_bytes()).collect()
+        };
+        let n = src.len() / sd.size();
+        let x = HostTensor::from_bytes(sd, vec![n], &src).unwrap();
+        for dd in DType::ALL {
+            let prog = common::build(&format!(
+                ".input %x {sd}[{n}]\n.output y {dd}[{n}]\nALLOC %t: {dd}[{n}]\nCAST %t, %x\nSTORE y, %t\nFREE %t\n"
+            ));
+            let outs = common::run(&prog, &[("x", x.clone())]).unwrap();
+            let want: Vec<u32> = bytemuck::pod_collect_to_vec(outs["y"].bytes());
+            let got = run(ex, &[bytemuck::cast_slice(&src)], want.len(), |k, rec, o, ins| {
+                data::cast(k, rec, o, dd, &ins[0], sd, n)
+            });
+            same(&format!("CAST sweep {sd} -> {dd}"), &want, &got);
+        }
+    }
+}
+
+/// A large RAND of each distribution (one seed), past the sizes the property test draws.
+#[test]
+fn rand_large_matches_fill_strict() {
+    let Some(ex) = exec() else { return };
+    let n = 300_000;
+    for dist in [Dist::Uniform, Dist::Normal] {
+        let got = run(ex, &[], n, |k, rec, o, _| data::rand(k, rec, o, n, 0xC0FF_EE11, dist));
+        let mut want = vec![0.0f32; n];
+        adeadvm::rand::fill_strict(0xC0FF_EE11, dist, &mut want);
+        same(&format!("RAND {dist:?} n = {n}"), &bits(&want), &got);
+    }
+}
+
 /// i32 -> f32 rounding at every binade boundary and tie, against Rust's `as`.
 #[test]
 fn cast_i32_to_f32_rounds_to_nearest_even() {
