@@ -2,7 +2,6 @@
 // out[i] = -x[i] (neg != 0) or |x[i]| on i32, wrapping as Rust's wrapping_neg / wrapping_abs
 // (so -i32::MIN = |i32::MIN| = i32::MIN): the VM's NEG and ABS on i32. The negation is a uint
 // subtraction from 0, which is defined modulo 2^32 (GLSL's abs() on i32::MIN is not).
-#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x = 256) in;
 layout(set = 0, binding = 0) writeonly buffer Y { int y[]; };

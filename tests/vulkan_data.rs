@@ -301,7 +301,9 @@ proptest! {
         let halves: Vec<u32> = (0..n).map(|i| (w[i / 2] >> (16 * (i % 2))) & 0xffff).collect();
         same("unpack16", &halves, &got);
         // Garbage in the high halves must not leak; an odd tail's upper half is 0.
-        let dirty: Vec<u32> = halves.iter().enumerate().map(|(i, &h)| h | ((i as u32) << 16)).collect();
+        // A garbage word past n must not reach an odd tail either.
+        let mut dirty: Vec<u32> = halves.iter().enumerate().map(|(i, &h)| h | ((i as u32) << 16)).collect();
+        dirty.push(0xbeef_beef);
         let words = n.div_ceil(2);
         let got = run(ex, &[&dirty], words, |k, rec, o, ins| data::pack16(k, rec, o, &ins[0], n));
         let mut want: Vec<u32> = w[..words].to_vec();
@@ -521,8 +523,11 @@ fn cast_every_pair_matches_the_vm() {
                 let x = HostTensor::from_bytes(sd, vec![n], &src_bytes).unwrap();
                 let outs = common::run(&prog, &[("x", x)]).unwrap();
                 let want = outs["y"].bytes().to_vec();
+                // Garbage past the n elements (0x3c00 halves) must not reach the output.
                 let mut padded = src_bytes.clone();
-                padded.resize(src_bytes.len().div_ceil(4) * 4, 0);
+                while padded.len() % 4 != 0 || padded.len() < src_bytes.len() + 4 {
+                    padded.extend([0x00, 0x3c]);
+                }
                 let words = (n * dd.size()).div_ceil(4);
                 let got = run(ex, &[bytemuck::cast_slice(&padded)], words, |k, rec, o, ins| {
                     data::cast(k, rec, o, dd, &ins[0], sd, n)
@@ -534,6 +539,46 @@ fn cast_every_pair_matches_the_vm() {
                 assert!(got[want.len()..].iter().all(|&b| b == 0), "{what}: tail {:?}", &got[want.len()..]);
             }
         }
+    }
+}
+
+/// CAST of every 16-bit pattern, and of every 4093rd 32-bit pattern, to every dtype, against
+/// the VM's CAST on the CPU.
+#[test]
+fn cast_sweeps_match_the_vm() {
+    let Some(ex) = exec() else { return };
+    for sd in DType::ALL {
+        let src: Vec<u8> = if sd.size() == 2 {
+            (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect()
+        } else {
+            (0..=u32::MAX / 4093).flat_map(|i| (i * 4093).to_le_bytes()).collect()
+        };
+        let n = src.len() / sd.size();
+        let x = HostTensor::from_bytes(sd, vec![n], &src).unwrap();
+        for dd in DType::ALL {
+            let prog = common::build(&format!(
+                ".input %x {sd}[{n}]\n.output y {dd}[{n}]\nALLOC %t: {dd}[{n}]\nCAST %t, %x\nSTORE y, %t\nFREE %t\n"
+            ));
+            let outs = common::run(&prog, &[("x", x.clone())]).unwrap();
+            let want: Vec<u32> = bytemuck::pod_collect_to_vec(outs["y"].bytes());
+            let got = run(ex, &[bytemuck::cast_slice(&src)], want.len(), |k, rec, o, ins| {
+                data::cast(k, rec, o, dd, &ins[0], sd, n)
+            });
+            same(&format!("CAST sweep {sd} -> {dd}"), &want, &got);
+        }
+    }
+}
+
+/// A large RAND of each distribution (one seed), past the sizes the property test draws.
+#[test]
+fn rand_large_matches_fill_strict() {
+    let Some(ex) = exec() else { return };
+    let n = 300_000;
+    for dist in [Dist::Uniform, Dist::Normal] {
+        let got = run(ex, &[], n, |k, rec, o, _| data::rand(k, rec, o, n, 0xC0FF_EE11, dist));
+        let mut want = vec![0.0f32; n];
+        adeadvm::rand::fill_strict(0xC0FF_EE11, dist, &mut want);
+        same(&format!("RAND {dist:?} n = {n}"), &bits(&want), &got);
     }
 }
 

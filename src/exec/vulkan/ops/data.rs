@@ -436,8 +436,13 @@ pub fn strided_copy(
     }
     let n32 = to_u32(n, "the element count")?;
     let overflow = || invalid("a strided copy's addresses overflow".to_string());
-    fits(dst, "the destination", last_offset(dst_offset, shape, dst_strides).ok_or_else(overflow)? + 1)?;
-    fits(src, "the source", last_offset(src_offset, shape, src_strides).ok_or_else(overflow)? + 1)?;
+    let dst_last = last_offset(dst_offset, shape, dst_strides).ok_or_else(overflow)?;
+    let src_last = last_offset(src_offset, shape, src_strides).ok_or_else(overflow)?;
+    fits(dst, "the destination", dst_last + 1)?;
+    fits(src, "the source", src_last + 1)?;
+    // The kernel adds offsets in u32.
+    to_u32(dst_last, "the last destination element")?;
+    to_u32(src_last, "the last source element")?;
     let (sh, [ds, ss]) = collapse(shape, [dst_strides, src_strides]);
     let mut push = vec![
         n32,
