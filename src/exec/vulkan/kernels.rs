@@ -15,6 +15,7 @@ pub const SHADERS: &[(&str, &[u8])] = &[
     ("binary", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary.spv"))),
     ("binary_scalar", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary_scalar.spv"))),
     ("matmul", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/matmul.spv"))),
+    ("matmul_gelu", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/matmul_gelu.spv"))),
     ("softmax", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/softmax.spv"))),
     ("layernorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/layernorm.spv"))),
     ("rmsnorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rmsnorm.spv"))),
