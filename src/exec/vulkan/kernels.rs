@@ -24,6 +24,7 @@ pub const SHADERS: &[(&str, &[u8])] = &[
     ("strided_copy", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/strided_copy.spv"))),
     ("gather", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gather.spv"))),
     ("matmul", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/matmul.spv"))),
+    ("matmul_gelu", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/matmul_gelu.spv"))),
     ("softmax", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/softmax.spv"))),
     ("layernorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/layernorm.spv"))),
     ("rmsnorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rmsnorm.spv"))),

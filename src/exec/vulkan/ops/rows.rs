@@ -11,8 +11,11 @@
 //!   `T` threads (a power of two, 1..=256; `256 / T` rows per workgroup); each thread folds its
 //!   lanes into the subtree the halving would have built, and the last `log2 T` levels run in
 //!   shared memory. Every `T` gives the same bits; the launchers pick it from the row length
-//!   (short rows: several rows per workgroup; strided reductions: a thread per output), and the
-//!   `*_with` variants take it explicitly (tests, benchmarks).
+//!   (short rows: several rows per workgroup; strided reductions: a thread per output).
+//!
+//! Grids stay within 65535 workgroups per dimension; the shaders loop over the rest. The
+//! `*_with` variants take a [`Tuning`] that fixes `T` or the grid size (tests, benchmarks);
+//! no tuning changes a result bit.
 //!
 //! Operands are slices of f32 words bound at their own offsets; binding 0 is the destination,
 //! then the sources in the order of the signature. An absent optional operand is replaced by
@@ -61,7 +64,11 @@ fn elements(what: &str, shape: &[usize]) -> Result<u64, VulkanError> {
 /// `s` must hold exactly `elems` f32 words.
 fn check_len(what: &str, s: &Slice, elems: u64) -> Result<(), VulkanError> {
     if s.len != elems * 4 {
-        return Err(invalid(format!("{what}: a slice of {} bytes for {elems} f32 elements ({} bytes)", s.len, elems * 4)));
+        return Err(invalid(format!(
+            "{what}: a slice of {} bytes for {elems} f32 elements ({} bytes)",
+            s.len,
+            elems * 4
+        )));
     }
     Ok(())
 }
@@ -72,9 +79,22 @@ fn w(v: u64) -> u32 {
     v as u32
 }
 
-/// Workgroups for `want` along one dimension: at least 1, at most the device's limit and 65535.
-fn clamp_groups(rec: &Recorder, dim: usize, want: u64) -> u32 {
-    let limit = rec.device().info.max_compute_workgroup_count[dim].clamp(1, MAX_GROUPS);
+/// How a launch spreads its work over the GPU. No setting changes a result bit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// Threads sharing one row in the row kernels: a power of two from 1 to 256. None picks
+    /// from the row length.
+    pub threads_per_row: Option<u32>,
+    /// Most workgroups per grid dimension (at least 1). None: 65535, or the device's limit if
+    /// lower. The shaders loop over the rest.
+    pub max_groups: Option<u32>,
+}
+
+/// Workgroups for `want` along grid dimension `dim`: at least 1, at most the device's limit,
+/// 65535 and the tuning's cap.
+fn clamp_groups(rec: &Recorder, tuning: &Tuning, dim: usize, want: u64) -> u32 {
+    let device = rec.device().info.max_compute_workgroup_count[dim];
+    let limit = device.min(MAX_GROUPS).min(tuning.max_groups.unwrap_or(u32::MAX)).max(1);
     want.clamp(1, u64::from(limit)) as u32
 }
 
@@ -89,9 +109,9 @@ fn auto_tbits(rows: u64, n: u64, strided: bool) -> u32 {
     n.clamp(1, 256).next_power_of_two().trailing_zeros()
 }
 
-/// log2 of an explicit threads-per-row count (a power of two in 1..=256).
-fn tbits_of(threads: Option<u32>, auto: u32) -> Result<u32, VulkanError> {
-    match threads {
+/// log2 of the tuning's threads per row (a power of two in 1..=256), or `auto`.
+fn tbits_of(tuning: &Tuning, auto: u32) -> Result<u32, VulkanError> {
+    match tuning.threads_per_row {
         None => Ok(auto),
         Some(t) if t.is_power_of_two() && t <= 256 => Ok(t.trailing_zeros()),
         Some(t) => Err(invalid(format!("{t} threads per row; a power of two from 1 to 256"))),
@@ -101,6 +121,7 @@ fn tbits_of(threads: Option<u32>, auto: u32) -> Result<u32, VulkanError> {
 /// One dispatch of a row kernel over `rows` rows with `256 >> tbits` rows per workgroup.
 fn dispatch_rows(
     rec: &mut Recorder,
+    tuning: &Tuning,
     kernel: &Arc<Kernel>,
     bindings: &[Binding],
     push: &[u32],
@@ -108,7 +129,7 @@ fn dispatch_rows(
     tbits: u32,
 ) -> Result<(), VulkanError> {
     let groups = rows.div_ceil(256 >> tbits);
-    rec.dispatch(kernel, bindings, push, [clamp_groups(rec, 0, groups), 1, 1])
+    rec.dispatch(kernel, bindings, push, [clamp_groups(rec, tuning, 0, groups), 1, 1])
 }
 
 /// MATMUL: `dst = act(op(a) @ op(b) + bias)`, exactly `reference::matmul`.
@@ -130,6 +151,22 @@ pub fn matmul(
     b: &Slice,
     bias: Option<(&Slice, &[usize])>,
 ) -> Result<(), VulkanError> {
+    matmul_with(k, rec, g, act, dst, a, b, bias, &Tuning::default())
+}
+
+/// [`matmul`] with a [`Tuning`] (only `max_groups` applies).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with(
+    k: &Kernels,
+    rec: &mut Recorder,
+    g: &MatmulShape,
+    act: Act,
+    dst: &Slice,
+    a: &Slice,
+    b: &Slice,
+    bias: Option<(&Slice, &[usize])>,
+    tuning: &Tuning,
+) -> Result<(), VulkanError> {
     let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
     check_len("matmul a", a, plan.a_elems)?;
     check_len("matmul b", b, plan.b_elems)?;
@@ -140,11 +177,10 @@ pub fn matmul(
     if plan.out_elems == 0 {
         return Ok(());
     }
-    let kernel = k.get("matmul")?;
-    let act_code = match act {
-        Act::None => 0u32,
-        Act::Relu => 1,
-        Act::Gelu => 2,
+    let (kernel, act_code) = match act {
+        Act::None => (k.get("matmul")?, 0u32),
+        Act::Relu => (k.get("matmul")?, 1),
+        Act::Gelu => (k.get("matmul_gelu")?, 2),
     };
     let flags = u32::from(g.ta)
         | u32::from(g.tb) << 1
@@ -161,9 +197,9 @@ pub fn matmul(
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
     let groups = [
-        clamp_groups(rec, 0, u64::from(plan.n).div_ceil(MATMUL_TILE)),
-        clamp_groups(rec, 1, u64::from(plan.m).div_ceil(MATMUL_TILE)),
-        clamp_groups(rec, 2, u64::from(plan.batches)),
+        clamp_groups(rec, tuning, 0, u64::from(plan.n).div_ceil(MATMUL_TILE)),
+        clamp_groups(rec, tuning, 1, u64::from(plan.m).div_ceil(MATMUL_TILE)),
+        clamp_groups(rec, tuning, 2, u64::from(plan.batches)),
     ];
     rec.dispatch(&kernel, &bindings, &push, groups)
 }
@@ -250,11 +286,17 @@ impl MatmulPlan {
         let bias_shape = match bias {
             Some(s) => {
                 if s.len() > r {
-                    return Err(invalid(format!("matmul bias {s:?} has more axes than the output {:?}", g.out)));
+                    return Err(invalid(format!(
+                        "matmul bias {s:?} has more axes than the output {:?}",
+                        g.out
+                    )));
                 }
                 let bs = pad(s, r);
                 if bs.iter().zip(&g.out).any(|(&x, &o)| x != 1 && x != o) {
-                    return Err(invalid(format!("matmul bias {s:?} does not broadcast to the output {:?}", g.out)));
+                    return Err(invalid(format!(
+                        "matmul bias {s:?} does not broadcast to the output {:?}",
+                        g.out
+                    )));
                 }
                 bs
             }
@@ -305,7 +347,10 @@ impl MatmulPlan {
             n: w(nu),
             k: w(ku),
             batches: w(batches),
-            axes: axes.iter().map(|&(dim, a, b, c)| BatchAxis { dim: w(dim), a: w(a), b: w(b), c: w(c) }).collect(),
+            axes: axes
+                .iter()
+                .map(|&(dim, a, b, c)| BatchAxis { dim: w(dim), a: w(a), b: w(b), c: w(c) })
+                .collect(),
             bias_sm: w(sc[r - 2]),
             bias_sn: w(sc[r - 1]),
             a_elems,
@@ -328,11 +373,10 @@ pub fn softmax(
     mask: Option<(&Slice, &[usize])>,
     scale: f32,
 ) -> Result<(), VulkanError> {
-    softmax_with(k, rec, dst, x, shape, mask, scale, None)
+    softmax_with(k, rec, dst, x, shape, mask, scale, &Tuning::default())
 }
 
-/// [`softmax`] with an explicit number of threads per row (a power of two from 1 to 256; None
-/// picks one). Every choice gives the same bits.
+/// [`softmax`] with a [`Tuning`].
 #[allow(clippy::too_many_arguments)]
 pub fn softmax_with(
     k: &Kernels,
@@ -342,7 +386,7 @@ pub fn softmax_with(
     shape: &[usize],
     mask: Option<(&Slice, &[usize])>,
     scale: f32,
-    threads_per_row: Option<u32>,
+    tuning: &Tuning,
 ) -> Result<(), VulkanError> {
     let total = elements("softmax", shape)?;
     check_len("softmax x", x, total)?;
@@ -362,14 +406,16 @@ pub fn softmax_with(
         for i in (0..r).rev() {
             let d = if i < lead { 1 } else { mshape[i - lead] };
             if d != 1 && d != shape[i] {
-                return Err(invalid(format!("softmax mask {mshape:?} does not broadcast to the input {shape:?}")));
+                return Err(invalid(format!(
+                    "softmax mask {mshape:?} does not broadcast to the input {shape:?}"
+                )));
             }
             mstr[i] = if d == 1 { 0 } else { run };
             run *= d as u64;
         }
     }
-    let rows = if n == 0 { 0 } else { total / n };
-    let tbits = tbits_of(threads_per_row, auto_tbits(rows, n, false))?;
+    let rows = total.checked_div(n).unwrap_or(0);
+    let tbits = tbits_of(tuning, auto_tbits(rows, n, false))?;
     if total == 0 {
         return Ok(());
     }
@@ -398,7 +444,7 @@ pub fn softmax_with(
     let kernel = k.get("softmax")?;
     let mask_slice = mask.map_or(x, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(mask_slice)];
-    dispatch_rows(rec, &kernel, &bindings, &push, rows, tbits)
+    dispatch_rows(rec, tuning, &kernel, &bindings, &push, rows, tbits)
 }
 
 /// LAYERNORM over rows of `n`: exactly `reference::layernorm` (`numerics::layernorm_row`:
@@ -416,10 +462,10 @@ pub fn layernorm(
     beta: Option<&Slice>,
     eps: f32,
 ) -> Result<(), VulkanError> {
-    layernorm_with(k, rec, dst, x, rows, n, gamma, beta, eps, None)
+    layernorm_with(k, rec, dst, x, rows, n, gamma, beta, eps, &Tuning::default())
 }
 
-/// [`layernorm`] with an explicit number of threads per row (see [`softmax_with`]).
+/// [`layernorm`] with a [`Tuning`].
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_with(
     k: &Kernels,
@@ -431,10 +477,10 @@ pub fn layernorm_with(
     gamma: Option<&Slice>,
     beta: Option<&Slice>,
     eps: f32,
-    threads_per_row: Option<u32>,
+    tuning: &Tuning,
 ) -> Result<(), VulkanError> {
     let total = norm_checks("layernorm", dst, x, rows, n, &[("gamma", gamma), ("beta", beta)])?;
-    let tbits = tbits_of(threads_per_row, auto_tbits(rows as u64, n as u64, false))?;
+    let tbits = tbits_of(tuning, auto_tbits(rows as u64, n as u64, false))?;
     if total == 0 {
         return Ok(());
     }
@@ -447,7 +493,7 @@ pub fn layernorm_with(
         Binding::read(gamma.unwrap_or(x)),
         Binding::read(beta.unwrap_or(x)),
     ];
-    dispatch_rows(rec, &kernel, &bindings, &push, rows as u64, tbits)
+    dispatch_rows(rec, tuning, &kernel, &bindings, &push, rows as u64, tbits)
 }
 
 /// RMSNORM over rows of `n`: exactly `reference::rmsnorm` (`numerics::rmsnorm_row`: mean
@@ -463,10 +509,10 @@ pub fn rmsnorm(
     gamma: Option<&Slice>,
     eps: f32,
 ) -> Result<(), VulkanError> {
-    rmsnorm_with(k, rec, dst, x, rows, n, gamma, eps, None)
+    rmsnorm_with(k, rec, dst, x, rows, n, gamma, eps, &Tuning::default())
 }
 
-/// [`rmsnorm`] with an explicit number of threads per row (see [`softmax_with`]).
+/// [`rmsnorm`] with a [`Tuning`].
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_with(
     k: &Kernels,
@@ -477,17 +523,18 @@ pub fn rmsnorm_with(
     n: usize,
     gamma: Option<&Slice>,
     eps: f32,
-    threads_per_row: Option<u32>,
+    tuning: &Tuning,
 ) -> Result<(), VulkanError> {
     let total = norm_checks("rmsnorm", dst, x, rows, n, &[("gamma", gamma)])?;
-    let tbits = tbits_of(threads_per_row, auto_tbits(rows as u64, n as u64, false))?;
+    let tbits = tbits_of(tuning, auto_tbits(rows as u64, n as u64, false))?;
     if total == 0 {
         return Ok(());
     }
-    let push = [w(rows as u64), w(n as u64), tbits, u32::from(gamma.is_some()), count(n).to_bits(), eps.to_bits()];
+    let push =
+        [w(rows as u64), w(n as u64), tbits, u32::from(gamma.is_some()), count(n).to_bits(), eps.to_bits()];
     let kernel = k.get("rmsnorm")?;
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(gamma.unwrap_or(x))];
-    dispatch_rows(rec, &kernel, &bindings, &push, rows as u64, tbits)
+    dispatch_rows(rec, tuning, &kernel, &bindings, &push, rows as u64, tbits)
 }
 
 /// `n` as f32, rounded as `numerics::reduce::count` rounds it (`n as f32`), passed to the
@@ -529,10 +576,10 @@ pub fn reduce(
     shape: &[usize],
     axis: usize,
 ) -> Result<(), VulkanError> {
-    reduce_with(k, rec, op, dst, x, shape, axis, None)
+    reduce_with(k, rec, op, dst, x, shape, axis, &Tuning::default())
 }
 
-/// [`reduce`] with an explicit number of threads per output (see [`softmax_with`]).
+/// [`reduce`] with a [`Tuning`] (`threads_per_row`: threads per output).
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_with(
     k: &Kernels,
@@ -542,7 +589,7 @@ pub fn reduce_with(
     x: &Slice,
     shape: &[usize],
     axis: usize,
-    threads_per_row: Option<u32>,
+    tuning: &Tuning,
 ) -> Result<(), VulkanError> {
     let total = elements("reduce", shape)?;
     if axis >= shape.len() {
@@ -559,7 +606,7 @@ pub fn reduce_with(
     check_len("reduce x", x, total)?;
     check_len("reduce destination", dst, outs)?;
     let auto = auto_tbits(outs, len, inner > 1);
-    let tbits = tbits_of(threads_per_row, auto)?;
+    let tbits = tbits_of(tuning, auto)?;
     if outs == 0 {
         return Ok(());
     }
@@ -570,7 +617,7 @@ pub fn reduce_with(
     };
     let push = [w(outer), w(len), w(inner), tbits, code, count(len as usize).to_bits()];
     let kernel = k.get("reduce")?;
-    dispatch_rows(rec, &kernel, &[Binding::write(dst), Binding::read(x)], &push, outs, tbits)
+    dispatch_rows(rec, tuning, &kernel, &[Binding::write(dst), Binding::read(x)], &push, outs, tbits)
 }
 
 #[cfg(test)]

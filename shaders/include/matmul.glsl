@@ -1,0 +1,142 @@
+// matmul.glsl -- the body of the strict MATMUL kernels (shaders/matmul.comp, matmul_gelu.comp):
+// exec::cpu::reference::matmul, bit for bit.
+//   y[batch, i, j] = act(add(acc, bias[broadcast]))  where
+//   acc = +0; for k ascending: acc = strict_add(acc, strict_mul(op(a)[i, k], op(b)[k, j]))
+// op(a) = a or a^T (ta), op(b) = b or b^T (tb); batch axes broadcast numpy-style (the launcher
+// merges them and passes each operand's element stride per merged axis, 0 where it broadcasts).
+// Tiling: a 16x16 workgroup computes a 64x64 output tile (4x4 per thread), staging k in chunks
+// of 16 through shared memory. Each output keeps its own accumulator and sees k in ascending
+// order, so the tiling changes speed, never bits.
+// GELU (strict_gelu -> strict_erf, with its coefficient table) is compiled only into
+// matmul_gelu (MATMUL_GELU defined): on lavapipe the table alone made every workgroup of the
+// other activations several times slower.
+#ifndef ADEADVM_MATMUL_GLSL
+#define ADEADVM_MATMUL_GLSL
+#include "strict.glsl"
+
+#define TM 64u
+#define TN 64u
+#define TK 16u
+
+layout(local_size_x = 16, local_size_y = 16) in;
+layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 1) readonly buffer A { float a[]; };
+layout(set = 0, binding = 2) readonly buffer B { float b[]; };
+layout(set = 0, binding = 3) readonly buffer C { float bias[]; };
+layout(push_constant) uniform P {
+    uvec4 dims_lo;  // merged batch axes 0..3 (outermost first)
+    uvec4 astr_lo;  // a's element stride per batch axis (0 = broadcast)
+    uvec4 bstr_lo;  // b's
+    uvec4 cstr_lo;  // the bias's
+    uvec4 hi0;      // dims[4], dims[5], astr[4], astr[5]
+    uvec4 hi1;      // bstr[4], bstr[5], cstr[4], cstr[5]
+    uint m;
+    uint n;
+    uint k;
+    uint flags;     // bit 0: ta; bit 1: tb; bits 2-3: act (0 none, 1 relu, 2 gelu); bit 4: bias; bits 8..: batch axes
+    uint batches;   // product of the batch dims
+    uint bias_sm;   // the bias's stride along the output's rows (0 = broadcast)
+    uint bias_sn;   // and columns
+} p;
+
+shared float As[TK][TM]; // As[kk][r] = op(a)[row0 + r, k0 + kk]
+shared float Bs[TK][TN]; // Bs[kk][c] = op(b)[k0 + kk, col0 + c]
+
+uint bdim(uint i) { return i < 4u ? p.dims_lo[i] : p.hi0[i - 4u]; }
+uint astr(uint i) { return i < 4u ? p.astr_lo[i] : p.hi0[i - 2u]; }
+uint bstr(uint i) { return i < 4u ? p.bstr_lo[i] : p.hi1[i - 4u]; }
+uint cstr(uint i) { return i < 4u ? p.cstr_lo[i] : p.hi1[i - 2u]; }
+
+// reference::activate
+float activate(uint act, float v) {
+    if (act == 1u) return strict_max(v, 0.0);
+#ifdef MATMUL_GELU
+    if (act == 2u) return strict_gelu(v);
+#endif
+    return v;
+}
+
+void main() {
+    uint M = p.m, N = p.n, K = p.k;
+    bool ta = (p.flags & 1u) != 0u, tb = (p.flags & 2u) != 0u;
+    uint act = (p.flags >> 2) & 3u;
+    bool has_bias = (p.flags & 16u) != 0u;
+    uint naxes = p.flags >> 8;
+    uint tiles_m = M / TM + ((M % TM) != 0u ? 1u : 0u);
+    uint tiles_n = N / TN + ((N % TN) != 0u ? 1u : 0u);
+    uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;
+    uint li = ly * 16u + lx;
+    // (row, column) strides of op(a) as [m, k] and op(b) as [k, n] in the stored operands.
+    uint a_rs = ta ? 1u : K, a_cs = ta ? M : 1u;
+    uint b_rs = tb ? 1u : N, b_cs = tb ? K : 1u;
+
+    for (uint bz = gl_WorkGroupID.z; bz < p.batches; bz += gl_NumWorkGroups.z) {
+        uint aoff = 0u, boff = 0u, coff = 0u, rem = bz;
+        for (int ax = int(naxes) - 1; ax >= 0; ax--) {
+            uint d = bdim(uint(ax));
+            uint idx = rem % d;
+            rem /= d;
+            aoff += idx * astr(uint(ax));
+            boff += idx * bstr(uint(ax));
+            coff += idx * cstr(uint(ax));
+        }
+        uint yoff = bz * M * N;
+        for (uint ty = gl_WorkGroupID.y; ty < tiles_m; ty += gl_NumWorkGroups.y) {
+            for (uint tx = gl_WorkGroupID.x; tx < tiles_n; tx += gl_NumWorkGroups.x) {
+                uint row0 = ty * TM, col0 = tx * TN;
+                float acc[4][4];
+                for (uint i = 0u; i < 4u; i++) {
+                    for (uint j = 0u; j < 4u; j++) {
+                        acc[i][j] = 0.0;
+                    }
+                }
+                for (uint k0 = 0u; k0 < K; k0 += TK) {
+                    uint kc = (K - k0) < TK ? (K - k0) : TK;
+                    // Stage the chunk; threads walk the operand's contiguous direction.
+                    for (uint q = 0u; q < 4u; q++) {
+                        uint idx = li + q * 256u;
+                        uint r = ta ? idx % TM : idx / TK;
+                        uint kk = ta ? idx / TM : idx % TK;
+                        uint gr = row0 + r, gk = k0 + kk;
+                        As[kk][r] = (gr < M && gk < K) ? a[aoff + gr * a_rs + gk * a_cs] : 0.0;
+                        uint c = tb ? idx / TK : idx % TN;
+                        uint kb = tb ? idx % TK : idx / TN;
+                        uint gc = col0 + c, gkb = k0 + kb;
+                        Bs[kb][c] = (gc < N && gkb < K) ? b[boff + gkb * b_rs + gc * b_cs] : 0.0;
+                    }
+                    memoryBarrierShared();
+                    barrier();
+                    for (uint kk = 0u; kk < kc; kk++) {
+                        float av[4], bv[4];
+                        for (uint i = 0u; i < 4u; i++) {
+                            av[i] = As[kk][ly + 16u * i];
+                            bv[i] = Bs[kk][lx + 16u * i];
+                        }
+                        for (uint i = 0u; i < 4u; i++) {
+                            for (uint j = 0u; j < 4u; j++) {
+                                acc[i][j] = strict_add(acc[i][j], strict_mul(av[i], bv[j]));
+                            }
+                        }
+                    }
+                    memoryBarrierShared();
+                    barrier();
+                }
+                for (uint i = 0u; i < 4u; i++) {
+                    uint r = row0 + ly + 16u * i;
+                    for (uint j = 0u; j < 4u; j++) {
+                        uint c = col0 + lx + 16u * j;
+                        if (r < M && c < N) {
+                            float v = acc[i][j];
+                            if (has_bias) {
+                                v = strict_add(v, bias[coff + r * p.bias_sm + c * p.bias_sn]);
+                            }
+                            y[yoff + r * N + c] = activate(act, v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#endif // ADEADVM_MATMUL_GLSL
