@@ -42,7 +42,11 @@ fn gpu() -> VmConfig {
 }
 
 /// Runs on the scalar CPU reference and on Vulkan; panics naming the first differing element.
-fn same_bits(what: &str, program: &Arc<VerifiedProgram>, inputs: &[(&str, HostTensor)]) -> BTreeMap<String, HostTensor> {
+fn same_bits(
+    what: &str,
+    program: &Arc<VerifiedProgram>,
+    inputs: &[(&str, HostTensor)],
+) -> BTreeMap<String, HostTensor> {
     let want = run_with(program, inputs, cpu()).unwrap_or_else(|e| panic!("{what} on the CPU: {e}"));
     let got = run_with(program, inputs, gpu()).unwrap_or_else(|e| panic!("{what} on Vulkan: {e}"));
     assert_eq!(want.keys().collect::<Vec<_>>(), got.keys().collect::<Vec<_>>(), "{what}: outputs");
@@ -67,8 +71,20 @@ fn same_bits(what: &str, program: &Arc<VerifiedProgram>, inputs: &[(&str, HostTe
 /// x with special values planted: ±0, ±inf, NaN, denormals, huge and tiny.
 fn awkward(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
     let mut v = Rng(seed).vec(n, lo, hi);
-    let specials =
-        [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, -1e-39, 3e38, -3e38, 1e-30, 88.7, -87.4];
+    let specials = [
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        1e-40,
+        -1e-39,
+        3e38,
+        -3e38,
+        1e-30,
+        88.7,
+        -87.4,
+    ];
     for (i, s) in specials.iter().enumerate() {
         v[(i * 97 + 5) % n] = *s;
     }
@@ -371,7 +387,7 @@ fn data(name: &str) -> HostTensor {
 
 fn mixed_inputs() -> Vec<(&'static str, HostTensor)> {
     let x = awkward(3 * 37, 21, -6.0, 6.0);
-    let ints: Vec<i32> = (0..3 * 37).map(|k| (k as i32 - 50).wrapping_mul(40_000_001)).collect();
+    let ints: Vec<i32> = (0..3 * 37i32).map(|k| (k - 50).wrapping_mul(40_000_001)).collect();
     vec![("x", f32s(&[3, 37], &x)), ("i", i32s(&[3, 37], &ints)), ("ids", i32s(&[5], &[5, 0, 3, 3, 1]))]
 }
 
@@ -384,7 +400,11 @@ fn every_opcode_gives_the_cpu_bits_on_vulkan() {
     let x = awkward(5 * 300, 7, -20.0, 20.0);
     let w = Rng(8).vec(300 * 13, -1.0, 1.0);
     let ids = [8, 0, 3, 3, 7, 1, 2];
-    same_bits("f32 opcodes", &f32_ops, &[("x", f32s(&[5, 300], &x)), ("w", f32s(&[300, 13], &w)), ("ids", i32s(&[7], &ids))]);
+    same_bits(
+        "f32 opcodes",
+        &f32_ops,
+        &[("x", f32s(&[5, 300], &x)), ("w", f32s(&[300, 13], &w)), ("ids", i32s(&[7], &ids))],
+    );
     let mixed = build(MIXED_OPS);
     same_bits("16-bit and i32 opcodes", &mixed, &mixed_inputs());
 
@@ -402,7 +422,11 @@ fn example_programs_give_the_cpu_bits_on_vulkan() {
         return;
     }
     same_bits("mlp.s", &program_file("mlp.s"), &[("x", data("mlp_x.npy"))]);
-    same_bits("attention.s", &program_file("attention.s"), &[("x", data("attention_x.npy")), ("mask", data("attention_mask.npy"))]);
+    same_bits(
+        "attention.s",
+        &program_file("attention.s"),
+        &[("x", data("attention_x.npy")), ("mask", data("attention_mask.npy"))],
+    );
     same_bits("ffn.s", &program_file("ffn.s"), &[("x", data("ffn_x.npy"))]);
     same_bits("loop.s", &program_file("loop.s"), &[("x", data("loop_x.npy"))]);
 }
@@ -422,7 +446,10 @@ fn kernel_program_runs_user_spirv() {
     }
     // Without a device, the CPU says what KERNEL needs.
     let err = run_with(&p, &[("x", f32s(&[1024], &x))], cpu()).unwrap_err();
-    assert!(err.contains("KERNEL runs user SPIR-V, which needs the Vulkan executor (run with --backend vulkan)"), "{err}");
+    assert!(
+        err.contains("KERNEL runs user SPIR-V, which needs the Vulkan executor (run with --backend vulkan)"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -495,7 +522,12 @@ fn record_on_cpu_replay_on_vulkan_is_identical() {
         .current_dir(root)
         .args(["run", "programs/attention.s", "--backend", "cpu", "--record"])
         .arg(&trace)
-        .args(["--input", "x=programs/data/attention_x.npy", "--input", "mask=programs/data/attention_mask.npy"])
+        .args([
+            "--input",
+            "x=programs/data/attention_x.npy",
+            "--input",
+            "mask=programs/data/attention_mask.npy",
+        ])
         .output()
         .unwrap();
     assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
@@ -573,10 +605,16 @@ fn a_missing_device_or_loader_is_a_clear_error() {
     };
     let (code, err) = run("ADEADVM_VULKAN_DEVICE", "99");
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.starts_with("error: Vulkan is unavailable: ADEADVM_VULKAN_DEVICE=99: no such device"), "{err}");
+    assert!(
+        err.starts_with("error: Vulkan is unavailable: ADEADVM_VULKAN_DEVICE=99: no such device"),
+        "{err}"
+    );
     let (code, err) = run(adeadvm::exec::vulkan::LIBRARY_ENV, "/nonexistent/libvulkan.so.1");
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.starts_with("error: Vulkan is unavailable: cannot load /nonexistent/libvulkan.so.1"), "{err}");
+    assert!(
+        err.starts_with("error: Vulkan is unavailable: cannot load /nonexistent/libvulkan.so.1"),
+        "{err}"
+    );
     // auto placement falls back to the CPU quietly.
     let out = Command::new(env!("CARGO_BIN_EXE_adeadvm"))
         .current_dir(root)

@@ -77,7 +77,8 @@ pub fn shared_device() -> Result<Arc<VulkanExec>, VulkanError> {
 fn has_gpu() -> bool {
     static GPU: OnceLock<bool> = OnceLock::new();
     *GPU.get_or_init(|| {
-        crate::exec::vulkan::devices().is_ok_and(|ds| ds.iter().any(|d| d.device_type != "CPU" && d.has_compute_queue))
+        crate::exec::vulkan::devices()
+            .is_ok_and(|ds| ds.iter().any(|d| d.device_type != "CPU" && d.has_compute_queue))
     })
 }
 
@@ -154,7 +155,6 @@ impl Gpu {
         }))
     }
 
-
     /// The device's name.
     pub(super) fn device_name(&self) -> &str {
         &self.exec.device().info().name
@@ -201,7 +201,11 @@ impl Gpu {
 
     /// Submits the batch and waits; then checks the batch's GATHER bounds: Some((instruction,
     /// message)) for the first out of range.
-    fn flush(&mut self, vm_inputs: &[Option<super::HostTensor>], p: &Program) -> Result<Option<(usize, String)>, VulkanError> {
+    fn flush(
+        &mut self,
+        vm_inputs: &[Option<super::HostTensor>],
+        p: &Program,
+    ) -> Result<Option<(usize, String)>, VulkanError> {
         let status = match self.gathers.len() {
             0 => None,
             n => Some(self.rec.download(&self.status.slice(0, n as u64 * 4)?)?),
@@ -219,8 +223,14 @@ impl Gpu {
                     // The value is known when the indices came from the host (inputs, constants).
                     let value = host_i32(p, vm_inputs, g.indices, pos as usize);
                     let what = match value {
-                        Some(v) => format!("index {v} at position {pos} of `{name}` is outside the table's {} rows", g.rows),
-                        None => format!("the index at position {pos} of `{name}` is outside the table's {} rows", g.rows),
+                        Some(v) => format!(
+                            "index {v} at position {pos} of `{name}` is outside the table's {} rows",
+                            g.rows
+                        ),
+                        None => format!(
+                            "the index at position {pos} of `{name}` is outside the table's {} rows",
+                            g.rows
+                        ),
                     };
                     return Ok(Some((g.index, what)));
                 }
@@ -291,7 +301,7 @@ impl Vm {
             .filter(|t| self.gpu.as_ref().is_some_and(|g| g.valid[t.0 as usize] == Valid::Device))
             .collect();
         for t in need {
-            self.to_host(p, f, t)?;
+            self.download_temp(p, f, t)?;
         }
         Ok(())
     }
@@ -307,7 +317,7 @@ impl Vm {
     }
 
     /// Downloads temporary `t` into the host arena (flushing the batch).
-    pub(super) fn to_host(&mut self, p: &Program, f: &Frame, t: TensorId) -> Result<(), VmError> {
+    pub(super) fn download_temp(&mut self, p: &Program, f: &Frame, t: TensorId) -> Result<(), VmError> {
         let Loc::Arena(range) = f.locs[t.0 as usize].clone() else { return Ok(()) };
         let Some(g) = &mut self.gpu else { return Ok(()) };
         if g.valid[t.0 as usize] != Valid::Device {
@@ -400,7 +410,14 @@ impl Vm {
 
     /// Source `t` as f32 words: widened into scratch unless it is f32; copied into scratch
     /// when it is the destination of a kernel that is not elementwise.
-    fn src_f32(&mut self, p: &Program, f: &Frame, t: TensorId, dst: TensorId, elementwise: bool) -> Result<Slice, VmError> {
+    fn src_f32(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        t: TensorId,
+        dst: TensorId,
+        elementwise: bool,
+    ) -> Result<Slice, VmError> {
         let s = self.src(p, f, t)?;
         let dt = p.tensors[t.0 as usize].dtype;
         let n = f.counts[t.0 as usize] as usize;
@@ -499,12 +516,20 @@ impl Vm {
 
     fn gpu_error(&self, index: usize, what: String) -> VmError {
         match self.runtime_error(index, what) {
-            VmError::Runtime { index, at, what } => VmError::Runtime { index, at, what: format!("on the GPU: {what}") },
+            VmError::Runtime { index, at, what } => {
+                VmError::Runtime { index, at, what: format!("on the GPU: {what}") }
+            }
             e => e,
         }
     }
 
-    fn record(&mut self, p: &Program, f: &mut Frame, index: usize, insn: &Insn) -> Result<(Flow, (u64, u64)), VmError> {
+    fn record(
+        &mut self,
+        p: &Program,
+        f: &mut Frame,
+        index: usize,
+        insn: &Insn,
+    ) -> Result<(Flow, (u64, u64)), VmError> {
         let dt = |t: TensorId| p.tensors[t.0 as usize].dtype;
         let n_of = |f: &Frame, t: TensorId| f.counts[t.0 as usize];
         let shape = |f: &Frame, t: TensorId| f.shapes[t.0 as usize].clone();
@@ -515,7 +540,10 @@ impl Vm {
                     Some(rg) => {
                         let v = f.regs[rg.0 as usize];
                         if v < 0 || v >= count as i64 {
-                            return Err(self.runtime_error(index, format!("LOAD index r{} = {v} is outside 0..{count}", rg.0)));
+                            return Err(self.runtime_error(
+                                index,
+                                format!("LOAD index r{} = {v} is outside 0..{count}", rg.0),
+                            ));
                         }
                         v as u16
                     }
@@ -531,8 +559,12 @@ impl Vm {
                 let g = self.gpu.as_mut().expect("device");
                 let dl = g.rec.download(&s)?;
                 g.pending_outputs.push((out.0 as usize, dl));
-                let t = super::HostTensor::from_bytes(dt(src), f.out_shapes[out.0 as usize].clone(), &vec![0u8; s.len as usize])
-                    .ok_or(VmError::OutOfMemory(s.len))?;
+                let t = super::HostTensor::from_bytes(
+                    dt(src),
+                    f.out_shapes[out.0 as usize].clone(),
+                    &vec![0u8; s.len as usize],
+                )
+                .ok_or(VmError::OutOfMemory(s.len))?;
                 cost.1 = 2 * s.len;
                 self.outputs[out.0 as usize] = Some(t);
             }
@@ -551,14 +583,28 @@ impl Vm {
                 if start as usize + len > sh[ax] {
                     return Err(self.runtime_error(
                         index,
-                        format!("slice {start}..{} is outside axis {ax} of size {}", start as usize + len, sh[ax]),
+                        format!(
+                            "slice {start}..{} is outside axis {ax} of size {}",
+                            start as usize + len,
+                            sh[ax]
+                        ),
                     ));
                 }
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
                 let (dshape, sst) = (shape(f, dst), strides(&sh));
                 let s = self.src_words(p, f, src, dst)?;
                 self.with_dst_words(f, p, dst, |g, d| {
-                    data::strided_copy(g.exec.kernels(), &mut g.rec, d, 0, &strides(&dshape), &s, start as usize * sst[ax], &sst, &dshape)
+                    data::strided_copy(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        d,
+                        0,
+                        &strides(&dshape),
+                        &s,
+                        start as usize * sst[ax],
+                        &sst,
+                        &dshape,
+                    )
                 })?;
             }
             Insn::Concat { dst, a, b, axis } => {
@@ -583,7 +629,17 @@ impl Vm {
                 let pst: Vec<usize> = perm.axes().iter().map(|&ax| sst[ax as usize]).collect();
                 let s = self.src_words(p, f, src, dst)?;
                 self.with_dst_words(f, p, dst, |g, d| {
-                    data::strided_copy(g.exec.kernels(), &mut g.rec, d, 0, &strides(&dshape), &s, 0, &pst, &dshape)
+                    data::strided_copy(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        d,
+                        0,
+                        &strides(&dshape),
+                        &s,
+                        0,
+                        &pst,
+                        &dshape,
+                    )
                 })?;
             }
             Insn::Gather { dst, table, indices } => {
@@ -603,7 +659,18 @@ impl Vm {
                 let st = g.status.slice(u64::from(slot) * 4, 4)?;
                 data::fill(g.exec.kernels(), &mut g.rec, &st, 1, u32::MAX)?;
                 self.with_dst_words(f, p, dst, |g, d| {
-                    data::gather(g.exec.kernels(), &mut g.rec, d, &t, rows, row, &ix, count, &g.status.whole(), slot)
+                    data::gather(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        d,
+                        &t,
+                        rows,
+                        row,
+                        &ix,
+                        count,
+                        &g.status.whole(),
+                        slot,
+                    )
                 })?;
             }
             Insn::Fill { dst, value } => {
@@ -612,8 +679,12 @@ impl Vm {
                 let (words, bits) = match dt(dst) {
                     DType::I32 => (n, value as i32 as u32),
                     DType::F32 => (n, nx::canon(value).to_bits()),
-                    DType::F16 => (n.div_ceil(2), u32::from(nx::f32_to_f16_bits(nx::canon(value))) * 0x1_0001),
-                    DType::Bf16 => (n.div_ceil(2), u32::from(nx::f32_to_bf16_bits(nx::canon(value))) * 0x1_0001),
+                    DType::F16 => {
+                        (n.div_ceil(2), u32::from(nx::f32_to_f16_bits(nx::canon(value))) * 0x1_0001)
+                    }
+                    DType::Bf16 => {
+                        (n.div_ceil(2), u32::from(nx::f32_to_bf16_bits(nx::canon(value))) * 0x1_0001)
+                    }
                 };
                 let d = self.dst(f, dst)?;
                 let g = self.gpu_mut();
@@ -630,7 +701,9 @@ impl Vm {
             Insn::Rand { dst, seed, dist } => {
                 cost.1 = n_of(f, dst) * dt(dst).size() as u64;
                 let n = n_of(f, dst) as usize;
-                self.with_dst_f32(f, p, dst, |g, d| data::rand(g.exec.kernels(), &mut g.rec, d, n, seed, dist))?;
+                self.with_dst_f32(f, p, dst, |g, d| {
+                    data::rand(g.exec.kernels(), &mut g.rec, d, n, seed, dist)
+                })?;
             }
             Insn::Neg { dst, a } | Insn::Abs { dst, a } if dt(dst) == DType::I32 => {
                 let neg = matches!(insn, Insn::Neg { .. });
@@ -690,12 +763,15 @@ impl Vm {
                 cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
                 let n = n_of(f, dst) as usize;
                 let va = self.src_f32(p, f, a, dst, true)?;
-                self.with_dst_f32(f, p, dst, |g, d| data::binary_scalar(g.exec.kernels(), &mut g.rec, op, d, &va, s, n))?;
+                self.with_dst_f32(f, p, dst, |g, d| {
+                    data::binary_scalar(g.exec.kernels(), &mut g.rec, op, d, &va, s, n)
+                })?;
             }
             Insn::Matmul { dst, a, b, bias, ta, tb, act } => {
                 let gs = MatmulShape { a: shape(f, a), b: shape(f, b), out: shape(f, dst), ta, tb };
                 let k = if ta { gs.a[gs.a.len() - 2] } else { gs.a[gs.a.len() - 1] } as u64;
-                cost = (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
+                cost =
+                    (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
                 let va = self.src_f32(p, f, a, dst, false)?;
                 let vb = self.src_f32(p, f, b, dst, false)?;
                 let vbias = match bias {
@@ -722,18 +798,28 @@ impl Vm {
             }
             Insn::Layernorm { dst, x, gamma, beta, eps } => {
                 let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
-                let rows_n = if n == 0 { 0 } else { n_of(f, x) as usize / n };
+                let rows_n = (n_of(f, x) as usize).checked_div(n).unwrap_or(0);
                 cost = (8 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
                 let vx = self.src_f32(p, f, x, dst, false)?;
                 let vg = gamma.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
                 let vb = beta.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
                 self.with_dst_f32(f, p, dst, |g, d| {
-                    rows::layernorm(g.exec.kernels(), &mut g.rec, d, &vx, rows_n, n, vg.as_ref(), vb.as_ref(), eps)
+                    rows::layernorm(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        d,
+                        &vx,
+                        rows_n,
+                        n,
+                        vg.as_ref(),
+                        vb.as_ref(),
+                        eps,
+                    )
                 })?;
             }
             Insn::Rmsnorm { dst, x, gamma, eps } => {
                 let n = f.shapes[x.0 as usize].last().copied().unwrap_or(1);
-                let rows_n = if n == 0 { 0 } else { n_of(f, x) as usize / n };
+                let rows_n = (n_of(f, x) as usize).checked_div(n).unwrap_or(0);
                 cost = (4 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
                 let vx = self.src_f32(p, f, x, dst, false)?;
                 let vg = gamma.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
@@ -741,7 +827,9 @@ impl Vm {
                     rows::rmsnorm(g.exec.kernels(), &mut g.rec, d, &vx, rows_n, n, vg.as_ref(), eps)
                 })?;
             }
-            Insn::ReduceSum { dst, src, axis } | Insn::ReduceMean { dst, src, axis } | Insn::ReduceMax { dst, src, axis } => {
+            Insn::ReduceSum { dst, src, axis }
+            | Insn::ReduceMean { dst, src, axis }
+            | Insn::ReduceMax { dst, src, axis } => {
                 let op = match insn.opcode() {
                     Opcode::ReduceSum => Reduce::Sum,
                     Opcode::ReduceMean => Reduce::Mean,
@@ -751,21 +839,31 @@ impl Vm {
                 let ax = norm_axis(axis, sh.len());
                 cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
                 let vx = self.src_f32(p, f, src, dst, false)?;
-                self.with_dst_f32(f, p, dst, |g, d| rows::reduce(g.exec.kernels(), &mut g.rec, op, d, &vx, &sh, ax))?;
+                self.with_dst_f32(f, p, dst, |g, d| {
+                    rows::reduce(g.exec.kernels(), &mut g.rec, op, d, &vx, &sh, ax)
+                })?;
             }
             Insn::Kernel { k } => {
                 let decl = &p.kernels[k.0 as usize];
                 let info = self.program.kernel(k).clone();
                 let mut bindings = Vec::with_capacity(decl.bindings.len());
                 for (&t, &w) in decl.bindings.iter().zip(&info.written) {
-                    bindings.push(if w { Binding::write(&self.dst(f, t)?) } else { Binding::read(&self.src(p, f, t)?) });
+                    bindings.push(if w {
+                        Binding::write(&self.dst(f, t)?)
+                    } else {
+                        Binding::read(&self.src(p, f, t)?)
+                    });
                 }
                 let kernel = self.user_kernel(p, k.0 as usize)?;
-                let push: Vec<u32> = decl.push.chunks(4).map(|c| {
-                    let mut w = [0u8; 4];
-                    w[..c.len()].copy_from_slice(c);
-                    u32::from_le_bytes(w)
-                }).collect();
+                let push: Vec<u32> = decl
+                    .push
+                    .chunks(4)
+                    .map(|c| {
+                        let mut w = [0u8; 4];
+                        w[..c.len()].copy_from_slice(c);
+                        u32::from_le_bytes(w)
+                    })
+                    .collect();
                 self.gpu_mut().rec.dispatch(&kernel, &bindings, &push, decl.groups)?;
             }
             Insn::GpuSync => self.gpu_sync(p)?,

@@ -392,7 +392,7 @@ impl Vm {
                 if matches!(ins.insn, Insn::Store { .. }) && wants.written {
                     self.gpu_finish(p)?;
                 } else if let (true, Some(t)) = (wants.written, self.writes[pc]) {
-                    self.to_host(p, &frame, t)?;
+                    self.download_temp(p, &frame, t)?;
                 } else if wants.timing {
                     self.gpu_sync(p)?;
                 }
@@ -766,11 +766,13 @@ impl Vm {
                     simd::reduce(&ctx, op, ins[0].unwrap_or_default(), &shape, ax, out)
                 });
             }
-            Insn::Kernel { .. } => return Err(self.runtime_error(
-                index,
-                "KERNEL runs user SPIR-V, which needs the Vulkan executor (run with --backend vulkan)"
-                    .into(),
-            )),
+            Insn::Kernel { .. } => {
+                return Err(self.runtime_error(
+                    index,
+                    "KERNEL runs user SPIR-V, which needs the Vulkan executor (run with --backend vulkan)"
+                        .into(),
+                ))
+            }
         }
         Ok((Flow::Next, cost))
     }

@@ -38,9 +38,15 @@ impl Kernel {
     }
 
     /// Builds the pipeline for entry point `entry` of `words`.
-    pub fn with_entry(dev: &Arc<Device>, name: &str, words: &[u32], entry: &str) -> Result<Kernel, VulkanError> {
+    pub fn with_entry(
+        dev: &Arc<Device>,
+        name: &str,
+        words: &[u32],
+        entry: &str,
+    ) -> Result<Kernel, VulkanError> {
         let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.to_string(), reason };
-        let entry = std::ffi::CString::new(entry).map_err(|_| fail("the entry point name contains a NUL byte".into()))?;
+        let entry = std::ffi::CString::new(entry)
+            .map_err(|_| fail("the entry point name contains a NUL byte".into()))?;
         let interface = reflect(words).map_err(fail)?;
         let d = dev.raw();
         let bindings: Vec<vk::DescriptorSetLayoutBinding> = interface
