@@ -540,7 +540,7 @@ fn record_on_cpu_replay_on_vulkan_is_identical() {
         .unwrap();
     let out = String::from_utf8_lossy(&rep.stdout);
     assert!(rep.status.success(), "{out}{}", String::from_utf8_lossy(&rep.stderr));
-    assert!(out.starts_with("identical: all ") && out.contains("(replayed on vulkan)"), "{out}");
+    assert!(out.starts_with("identical: all ") && out.contains("(replayed on vulkan with "), "{out}");
 }
 
 /// A random chain of float opcodes over a few [R, C] tensors.

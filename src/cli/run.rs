@@ -135,6 +135,11 @@ pub fn cmd_replay(a: ReplayArgs) -> Result<()> {
     for (name, t) in &trace.inputs {
         vm.set_input(name, t).with_context(|| format!("the recorded input `{name}`"))?;
     }
+    // What actually ran: auto without a GPU is the CPU.
+    let executor = match vm.vm().gpu_device() {
+        Some(device) => format!("{} with {device}", a.backend),
+        None => "cpu".to_string(),
+    };
     let mut progress = Progress::new(program.instructions().len());
     let mut replayer = Replayer::new(&trace);
     let stats = vm.run_observed(&mut Fanout(vec![&mut progress, &mut replayer]))?;
@@ -151,7 +156,7 @@ pub fn cmd_replay(a: ReplayArgs) -> Result<()> {
                 plural(stats.steps as usize, "step"),
                 plural(distinct.len(), "distinct instruction"),
                 plural(outputs.len(), "output"),
-                a.backend
+                executor
             );
             Ok(())
         }

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""adeadvm's Vulkan kernels beside PyTorch (CUDA, fp32 with TF32 off) on the same shapes, in the
+same run on the same GPU machine.
+
+    python3 benches/peer_torch.py [--adeadvm target/release/adeadvm] [--quick]
+
+Each adeadvm figure comes from `adeadvm bench KERNEL SIZE --backend vulkan --json`: the median
+time of one instruction inside the VM, including one queue submit and fence wait per timed
+instruction (so small kernels carry ~20-40 us of submission cost). Each PyTorch figure is the
+median of CUDA-event timings of one call. The ratio is PyTorch's time over adeadvm's: above 1
+means adeadvm is faster. Absolute times drift; read the ratios of one run.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+
+def torch_case(torch, kernel, n, iters):
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    if kernel == "matmul":
+        a = torch.rand((n, n), device=dev, generator=g)
+        b = torch.rand((n, n), device=dev, generator=g)
+        run = lambda: torch.matmul(a, b)
+        flops, nbytes = 2.0 * n**3, 12.0 * n * n
+    elif kernel == "add":
+        a = torch.rand(n, device=dev, generator=g)
+        b = torch.rand(n, device=dev, generator=g)
+        run = lambda: torch.add(a, b)
+        flops, nbytes = n, 12.0 * n
+    elif kernel == "exp":
+        a = torch.rand(n, device=dev, generator=g)
+        run = lambda: torch.exp(a)
+        flops, nbytes = n, 8.0 * n
+    elif kernel == "softmax":
+        x = torch.rand((n, n), device=dev, generator=g)
+        run = lambda: torch.softmax(x, dim=-1)
+        flops, nbytes = 5.0 * n * n, 8.0 * n * n
+    elif kernel == "layernorm":
+        x = torch.rand((n, 1024), device=dev, generator=g)
+        run = lambda: torch.nn.functional.layer_norm(x, (1024,))
+        flops, nbytes = 8.0 * n * 1024, 8.0 * n * 1024
+    else:
+        raise ValueError(kernel)
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        run()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    t = statistics.median(times)
+    return t, flops, nbytes
+
+
+def adeadvm_case(exe, kernel, n, tier, iters):
+    out = subprocess.run(
+        [exe, "bench", kernel, str(n), "--backend", "vulkan", "--tier", tier, "--iters", str(iters), "--json"],
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        sys.exit(f"adeadvm bench {kernel} {n} failed: {out.stderr.strip()}")
+    return json.loads(out.stdout)["seconds"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--adeadvm", default="target/release/adeadvm")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        sys.exit("PyTorch is not installed (pip install torch)")
+    if not torch.cuda.is_available():
+        sys.exit("PyTorch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    iters = 5 if args.quick else 15
+    cases = [("matmul", 1024), ("matmul", 4096), ("add", 16 << 20), ("exp", 16 << 20), ("softmax", 4096), ("layernorm", 4096)]
+    if args.quick:
+        cases = cases[:3]
+    print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32, TF32 off")
+    print(f"{'kernel':<10} {'size':>9} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}")
+    for kernel, n in cases:
+        t, flops, nbytes = torch_case(torch, kernel, n, iters)
+        s = adeadvm_case(args.adeadvm, kernel, n, "strict", iters)
+        f = adeadvm_case(args.adeadvm, kernel, n, "fast", iters)
+        unit = (lambda x: f"{flops / x / 1e12:.2f} TF/s") if kernel == "matmul" else (lambda x: f"{nbytes / x / 1e9:.0f} GB/s")
+        print(f"{kernel:<10} {n:>9} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
