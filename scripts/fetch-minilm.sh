@@ -27,6 +27,10 @@ die() {
 }
 
 CACHE="${ADEADVM_CACHE:-${HOME:?HOME is not set (or set ADEADVM_CACHE)}/.cache/adeadvm}"
+case "$CACHE" in
+    /*) ;;
+    *) CACHE="$PWD/$CACHE" ;; # printed paths are absolute, usable from any folder
+esac
 DEST="$CACHE/minilm"
 
 # The Python that runs pip, the hashing and the unzip (python is needed for pip anyway).

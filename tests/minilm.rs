@@ -11,10 +11,13 @@
 //! - strict tier: a padded row of a batch has exactly the bits of the same sentence run alone
 //!   (the attention mask and the masked pooling make padding invisible);
 //! - fast tier: within 1e-5 of the reference too;
-//! - a sequence longer than the position table (T > 512) is a clean error.
+//! - a sequence longer than the position table (T > 512) is a clean error;
+//! - the cosine similarities match those the sentence-transformers documentation prints for
+//!   this model (computed by PyTorch), to the 4 decimals printed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use adeadvm::api::{Backend, Config, LoadOptions, Program, Session};
 use adeadvm::isa::Tier;
@@ -273,20 +276,32 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// The weights' path and programs/minilm_l6.s assembled with them (strict tier), fetched and
+/// assembled once for all the tests of this file; None to skip.
+fn model() -> Option<&'static (PathBuf, Program)> {
+    static MODEL: OnceLock<Option<(PathBuf, Program)>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let weights = model_dir()?.join("model.safetensors");
+            let options = LoadOptions {
+                defines: vec![("WEIGHTS".into(), weights.display().to_string())],
+                tier: Some(Tier::Strict),
+            };
+            let program = Program::load_with(Path::new(ROOT).join("programs/minilm_l6.s"), &options)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(program.tier(), Tier::Strict);
+            Some((weights, program))
+        })
+        .as_ref()
+}
+
 #[test]
 fn minilm_matches_a_float64_reference_and_is_bit_identical_across_backends() {
-    let Some(dir) = model_dir() else { return };
-    let weights_path = dir.join("model.safetensors");
     let started = std::time::Instant::now();
-    let options = LoadOptions {
-        defines: vec![("WEIGHTS".into(), weights_path.display().to_string())],
-        tier: Some(Tier::Strict),
-    };
-    let program = Program::load_with(Path::new(ROOT).join("programs/minilm_l6.s"), &options)
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(program.tier(), Tier::Strict);
+    let Some((weights_path, program)) = model() else { return };
+    let program = program.clone();
 
-    let weights = Weights::load(&weights_path);
+    let weights = Weights::load(weights_path);
     let reference: Vec<f64> = SENTENCES.iter().flat_map(|s| reference_embedding(&weights, s)).collect();
     for (b, row) in reference.chunks_exact(D).enumerate() {
         let norm: f64 = row.iter().map(|v| v * v).sum::<f64>().sqrt();
@@ -336,4 +351,59 @@ fn minilm_matches_a_float64_reference_and_is_bit_identical_across_backends() {
     let err = session.run().unwrap_err().to_string();
     assert!(err.contains("SLICE") && err.contains("outside axis 0 of size 512"), "{err}");
     eprintln!("minilm: done in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// The published model's own output: sentence-transformers' semantic-search example
+/// (UKPLab/sentence-transformers, examples/sentence_transformer/applications/semantic-search:
+/// semantic_search.py runs `SentenceTransformer("all-MiniLM-L6-v2")` in PyTorch, and its README
+/// prints the output) gives, for three queries, the top 5 of a 9-sentence corpus with their
+/// cosine scores to 4 decimals. The same sentences here must rank the same and score within
+/// the printed rounding (5e-5) plus 1e-5 for PyTorch's own float32 rounding.
+#[test]
+fn minilm_reproduces_the_published_semantic_search_scores() {
+    let Some((_, program)) = model() else { return };
+    // Token ids from the model's tokenizer.json, obtained once as for SENTENCES.
+    let corpus: [&[i32]; 9] = [
+        &[101, 1037, 2158, 2003, 5983, 2833, 1012, 102], // A man is eating food.
+        &[101, 1037, 2158, 2003, 5983, 1037, 3538, 1997, 7852, 1012, 102], // A man is eating a piece of bread.
+        &[101, 1996, 2611, 2003, 4755, 1037, 3336, 1012, 102],             // The girl is carrying a baby.
+        &[101, 1037, 2158, 2003, 5559, 1037, 3586, 1012, 102],             // A man is riding a horse.
+        &[101, 1037, 2450, 2003, 2652, 6710, 1012, 102],                   // A woman is playing violin.
+        &[101, 2048, 2273, 3724, 25568, 2083, 1996, 5249, 1012, 102], // Two men pushed carts through the woods.
+        // A man is riding a white horse on an enclosed ground.
+        &[101, 1037, 2158, 2003, 5559, 1037, 2317, 3586, 2006, 2019, 10837, 2598, 1012, 102],
+        &[101, 1037, 10608, 2003, 2652, 3846, 1012, 102], // A monkey is playing drums.
+        &[101, 1037, 18178, 12928, 2232, 2003, 2770, 2369, 2049, 8336, 1012, 102], // A cheetah is running behind its prey.
+    ];
+    let queries: [&[i32]; 3] = [
+        &[101, 1037, 2158, 2003, 5983, 24857, 1012, 102], // A man is eating pasta.
+        // Someone in a gorilla costume is playing a set of drums.
+        &[101, 2619, 1999, 1037, 23526, 9427, 2003, 2652, 1037, 2275, 1997, 3846, 1012, 102],
+        // A cheetah chases prey on across a field.
+        &[101, 1037, 18178, 12928, 2232, 29515, 8336, 2006, 2408, 1037, 2492, 1012, 102],
+    ];
+    // (corpus index, score) of the top 5 per query, as printed in the README.
+    let published: [[(usize, f64); 5]; 3] = [
+        [(0, 0.7035), (1, 0.5272), (3, 0.1889), (6, 0.1047), (8, 0.0980)],
+        [(7, 0.6433), (4, 0.2564), (3, 0.1389), (6, 0.1191), (8, 0.1080)],
+        [(8, 0.8253), (0, 0.1399), (7, 0.1292), (6, 0.1097), (3, 0.0650)],
+    ];
+    let all: Vec<&[i32]> = corpus.iter().chain(queries.iter()).copied().collect();
+    let config = Config { backend: Backend::Cpu, ..Config::default() };
+    let e = embed(program, &config, &all).expect("the CPU runs");
+    let row = |i: usize| &e[i * D..(i + 1) * D];
+    for (q, want) in published.iter().enumerate() {
+        let query = row(corpus.len() + q);
+        let mut scores: Vec<(usize, f64)> = (0..corpus.len())
+            .map(|c| (c, row(c).iter().zip(query).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()))
+            .collect();
+        scores.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (rank, (&(c, got), &(wc, ws))) in scores.iter().zip(want).enumerate() {
+            assert_eq!(c, wc, "query {q}: rank {rank} is corpus sentence {c}, published {wc}");
+            assert!(
+                (got - ws).abs() <= 6e-5,
+                "query {q}, sentence {c}: score {got:.6} vs the published {ws:.4}"
+            );
+        }
+    }
 }
