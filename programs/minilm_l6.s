@@ -38,6 +38,11 @@
 ; every MATMUL reads its weights straight from the memory-mapped constants. The .rept body is
 ; the one copy of the layer's code either way; the price is 6x the instructions (~250 in all,
 ; 4 KB of code).
+;
+; The sizes are defines (-D overrides them): a mean-pooled BERT encoder with these tensor names
+; and another depth or width assembles from this file, e.g. all-MiniLM-L12-v2 with -D L=12 (not
+; tested here); give SCALE = 1/sqrt(HD) with another head size. tests/disasm_roundtrip.rs
+; assembles a tiny one (D=8, two layers) from synthetic weights.
 
 .tier strict
 .define D 384
@@ -46,14 +51,17 @@
 .define FF 1536
 .define L 6
 .define EPS 1e-12
+.define VOCAB 30522
+.define MAXPOS 512
+.define SCALE 0.17677669529663687               ; 1/sqrt(HD)
 .dim B, T
 .input %input_ids i32[B, T]
 .input %attention_mask i32[B, T]
 .output embedding f32[B, D]
 
 ; embeddings
-.const %word f32[30522, D] = safetensors("${WEIGHTS}", "embeddings.word_embeddings.weight")
-.const %pos f32[512, D] = safetensors("${WEIGHTS}", "embeddings.position_embeddings.weight")
+.const %word f32[VOCAB, D] = safetensors("${WEIGHTS}", "embeddings.word_embeddings.weight")
+.const %pos f32[MAXPOS, D] = safetensors("${WEIGHTS}", "embeddings.position_embeddings.weight")
 .const %type f32[2, D] = safetensors("${WEIGHTS}", "embeddings.token_type_embeddings.weight")
 .const %emb_ln_g f32[D] = safetensors("${WEIGHTS}", "embeddings.LayerNorm.weight")
 .const %emb_ln_b f32[D] = safetensors("${WEIGHTS}", "embeddings.LayerNorm.bias")
@@ -100,7 +108,7 @@
     FREE %te
     FREE %we
     ALLOC %pe: f32[T, D]
-    SLICE %pe, %pos, 0, 0                       ; positions 0 .. T-1 (T <= 512, checked at run time)
+    SLICE %pe, %pos, 0, 0                       ; positions 0 .. T-1 (T <= MAXPOS, checked at run time)
     ALLOC %e: f32[B, T, D]
     ADD %e, %wt, %pe
     FREE %pe
@@ -143,7 +151,7 @@
     FREE %kh
     FREE %qh
     ALLOC %p: f32[B, H, T, T]
-    SOFTMAX %p, %s, mask=%mask4, scale=0.17677669529663687   ; 1/sqrt(32)
+    SOFTMAX %p, %s, mask=%mask4, scale=${SCALE}
     FREE %s
     ALLOC %ctx: f32[B, H, T, HD]
     MATMUL %ctx, %p, %vh
