@@ -8,6 +8,8 @@ use adeadvm::format::Program;
 use adeadvm::isa::{Instruction, INSN_BYTES};
 use proptest::prelude::*;
 
+mod common;
+
 fn programs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("programs")
 }
@@ -75,28 +77,12 @@ fn every_program_round_trips() {
     for entry in std::fs::read_dir(programs_dir()).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "s") {
-            let p = if path.file_name().is_some_and(|f| f == "minilm_l6.s") {
-                // Needs -D WEIGHTS=model.safetensors: a tiny model of the same structure keeps
-                // the all-inline round trip small (the real one has 23 M weights).
-                let dir = tempfile::tempdir().unwrap();
-                let weights = dir.path().join("tiny.safetensors");
-                write_tiny_bert(&weights, 2);
-                let w = weights.display().to_string();
-                let defines = [
-                    ("WEIGHTS", w.as_str()),
-                    ("D", "8"),
-                    ("H", "2"),
-                    ("HD", "4"),
-                    ("FF", "16"),
-                    ("L", "2"),
-                    ("VOCAB", "10"),
-                    ("MAXPOS", "16"),
-                    ("SCALE", "0.5"),
-                ];
-                asm_file(&path, &defines)
-            } else {
-                asm_file(&path, &[])
-            };
+            // minilm_l6.s needs -D WEIGHTS=model.safetensors: a tiny model of the same structure
+            // keeps the all-inline round trip small (the real one has 23 M weights).
+            let tiny = tempfile::tempdir().unwrap();
+            let defines = common::minilm_tiny_defines(&path, tiny.path());
+            let defines: Vec<(&str, &str)> = defines.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let p = asm_file(&path, &defines);
             round_trip(&p);
             n += 1;
         }
@@ -134,60 +120,6 @@ fn write_safetensors(path: &Path) {
         ("encoder.layer.0.weight", TensorView::new(Dtype::F32, vec![3, 4], &a).unwrap()),
         ("encoder.layer.0.index", TensorView::new(Dtype::I32, vec![4], &b).unwrap()),
     ];
-    safetensors::serialize_to_file(views, None, path).unwrap();
-}
-
-/// A BERT encoder's tensors (Hugging Face names) at D=8, FF=16, vocabulary 10, 16 positions
-/// and `layers` layers, with distinct values.
-fn write_tiny_bert(path: &Path, layers: usize) {
-    use safetensors::tensor::TensorView;
-    use safetensors::Dtype;
-    let (d, ff) = (8usize, 16usize);
-    let mut shapes: Vec<(String, Vec<usize>)> = vec![
-        ("embeddings.word_embeddings.weight".into(), vec![10, d]),
-        ("embeddings.position_embeddings.weight".into(), vec![16, d]),
-        ("embeddings.token_type_embeddings.weight".into(), vec![2, d]),
-        ("embeddings.LayerNorm.weight".into(), vec![d]),
-        ("embeddings.LayerNorm.bias".into(), vec![d]),
-    ];
-    for l in 0..layers {
-        let p = format!("encoder.layer.{l}");
-        for (name, shape) in [
-            ("attention.self.query.weight", vec![d, d]),
-            ("attention.self.query.bias", vec![d]),
-            ("attention.self.key.weight", vec![d, d]),
-            ("attention.self.key.bias", vec![d]),
-            ("attention.self.value.weight", vec![d, d]),
-            ("attention.self.value.bias", vec![d]),
-            ("attention.output.dense.weight", vec![d, d]),
-            ("attention.output.dense.bias", vec![d]),
-            ("attention.output.LayerNorm.weight", vec![d]),
-            ("attention.output.LayerNorm.bias", vec![d]),
-            ("intermediate.dense.weight", vec![ff, d]),
-            ("intermediate.dense.bias", vec![ff]),
-            ("output.dense.weight", vec![d, ff]),
-            ("output.dense.bias", vec![d]),
-            ("output.LayerNorm.weight", vec![d]),
-            ("output.LayerNorm.bias", vec![d]),
-        ] {
-            shapes.push((format!("{p}.{name}"), shape));
-        }
-    }
-    let data: Vec<Vec<u8>> = shapes
-        .iter()
-        .enumerate()
-        .map(|(k, (_, s))| {
-            let n: usize = s.iter().product();
-            (0..n).flat_map(|i| ((k * 1000 + i) as f32 * 0.001).to_le_bytes()).collect()
-        })
-        .collect();
-    let views: Vec<(&str, TensorView)> = shapes
-        .iter()
-        .zip(&data)
-        .map(|((name, shape), bytes)| {
-            (name.as_str(), TensorView::new(Dtype::F32, shape.clone(), bytes).unwrap())
-        })
-        .collect();
     safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
