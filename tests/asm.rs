@@ -12,6 +12,8 @@ use adeadvm::asm::{assemble, AsmErrorKind, AsmOptions};
 use adeadvm::format::{ConstData, TensorKind, DATA_ALIGN};
 use adeadvm::isa::{DType, Dim, Insn, Instruction, Operand, Placement, SymId, TensorId};
 
+mod common;
+
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/asm")
 }
@@ -289,7 +291,10 @@ fn example_programs_verify() {
         }
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let src = std::fs::read_to_string(&path).unwrap();
-        let opts = AsmOptions { defines: vec![], base_dir: dir.clone() };
+        let tiny = tempfile::tempdir().unwrap();
+        let defines = common::minilm_tiny_defines(&path, tiny.path());
+        let defines = defines.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let opts = AsmOptions { defines, base_dir: dir.clone() };
         let p = assemble(&src, &name, &opts).unwrap_or_else(|e| panic!("{e}"));
         if let Err(e) = adeadvm::verify::verify(p) {
             failures.push(format!("{name}: {e}"));

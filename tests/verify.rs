@@ -461,6 +461,31 @@ fn slice_bounds() {
     );
 }
 
+/// The first T rows of a fixed-size table (BERT's position embeddings): a symbolic length from a
+/// constant axis verifies when the start is inside the axis; the rest is checked at run time.
+#[test]
+fn slice_symbolic_prefix_of_a_fixed_axis() {
+    let mut b = B::new();
+    let t = b.sym("T");
+    let _ = b.input("ids", F32, &[t]);
+    let x = b.input("x", F32, &[c(512), c(4)]);
+    let y = b.temp("y", F32, &[t, c(4)]);
+    around(&mut b, y, Insn::Slice { dst: y, src: x, axis: 0, start: 0 });
+    ok(b);
+
+    let mut b = B::new();
+    let t = b.sym("T");
+    let _ = b.input("ids", F32, &[t]);
+    let x = b.input("x", F32, &[c(512), c(4)]);
+    let y = b.temp("y", F32, &[t, c(4)]);
+    around(&mut b, y, Insn::Slice { dst: y, src: x, axis: 0, start: 513 });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, SLICE): slice 513..513+T on axis 0 is not provably inside (symbolic sizes) of src \
+         %x (f32[512, 4]), whose size there is 512"
+    );
+}
+
 #[test]
 fn concat() {
     let mut b = B::new();

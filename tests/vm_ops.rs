@@ -362,6 +362,21 @@ fn gather_index_out_of_range_is_a_clean_error() {
     );
 }
 
+/// The first T rows of a fixed table (BERT's position embeddings): the verifier accepts the
+/// symbolic length, and the run checks T against the table's rows.
+#[test]
+fn slice_of_a_symbolic_prefix_is_checked_at_run_time() {
+    let src = ".input %x f32[T]\n.const %table f32[4, 2] = [0, 1, 2, 3, 4, 5, 6, 7]\n.output e f32[T, 2]\n\
+        ALLOC %e: f32[T, 2]\nSLICE %e, %table, 0, 1\nSTORE e, %e\nFREE %e\n";
+    let p = build(src);
+    let out = run(&p, &[("x", f32s(&[3], &[0.0; 3]))]).unwrap();
+    assert_eq!(out["e"].to_f32().unwrap(), vec![2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+    let out = run(&p, &[("x", f32s(&[0], &[]))]).unwrap();
+    assert!(out["e"].to_f32().unwrap().is_empty());
+    let err = run(&p, &[("x", f32s(&[4], &[0.0; 4]))]).unwrap_err();
+    assert_eq!(err, "instruction 1 (line 5, SLICE): slice 1..5 is outside axis 0 of size 4");
+}
+
 #[test]
 fn rand_is_reproducible_and_distributed() {
     let src = ".output u f32[100000]\n.output n f32[100000]\nALLOC %u: f32[100000]\nRAND %u, 42\nSTORE u, %u\nRAND %u, 42, dist=normal\nSTORE n, %u\nFREE %u\n";

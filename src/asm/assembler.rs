@@ -11,7 +11,9 @@
 
 use std::collections::HashMap;
 
-use super::consts::{arg_text, int_arg, materialize, parse_elem, parse_f32, ConstTarget, ConstValue};
+use super::consts::{
+    arg_text, int_arg, materialize, parse_elem, parse_f32, ConstTarget, ConstValue, FileCache,
+};
 use super::error::{suggest, AsmError, AsmErrorKind, AsmErrors};
 use super::syntax::{parse_line, split_comment, Arg, ArgNode, Cursor, Diag, DimAst, Sp, Span, Stmt, TypeAst};
 use super::AsmOptions;
@@ -88,6 +90,8 @@ pub(crate) struct Assembler<'o> {
     labels: Vec<(String, u32)>,
     label_ids: HashMap<String, usize>,
     label_uses: Vec<LabelUse>,
+    /// Files read for constants (see [`FileCache`]).
+    files: FileCache,
 }
 
 /// The first word of a line's code, for finding `.rept`/`.endr` before substitution.
@@ -190,6 +194,7 @@ impl<'o> Assembler<'o> {
             labels: Vec::new(),
             label_ids: HashMap::new(),
             label_uses: Vec::new(),
+            files: FileCache::default(),
         }
     }
 
@@ -929,7 +934,13 @@ impl<'o> Assembler<'o> {
                 let (dtype, shape) = self.resolve_shape(&ty, true)?;
                 let dims: Vec<u32> =
                     shape.iter().map(|d| if let Dim::Const(n) = d { *n } else { 0 }).collect();
-                let target = ConstTarget { name: n.node, dtype, dims: &dims, base_dir: &self.opts.base_dir };
+                let target = ConstTarget {
+                    name: n.node,
+                    dtype,
+                    dims: &dims,
+                    base_dir: &self.opts.base_dir,
+                    files: &self.files,
+                };
                 let data = match materialize(&target, &value)? {
                     ConstValue::Splat(bits) => ConstData::Splat(bits),
                     ConstValue::Bytes(b) => {

@@ -321,6 +321,10 @@ impl Check<'_, '_> {
                 let (len, size) = (ds.get(ax).copied(), ss.get(ax).copied());
                 let ok = match (len, size) {
                     (Some(Dim::Const(l)), Some(Dim::Const(n))) => (start as u64) + (l as u64) <= n as u64,
+                    // A symbolic length from a fixed-size axis (the first T rows of a position
+                    // table): the start must be inside the axis; start + len <= n depends on the
+                    // binding, and the VM checks it before the copy (a clean run-time error).
+                    (Some(Dim::Sym(_)), Some(Dim::Const(n))) => start <= n,
                     (Some(l), Some(n)) => start == 0 && l == n,
                     _ => false,
                 };

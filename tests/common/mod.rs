@@ -109,3 +109,82 @@ pub fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, what: &str)
         assert!(err <= atol + rtol * w.abs(), "{what}: element {i}: got {g}, want {w} (error {err:e})");
     }
 }
+
+/// A BERT encoder's tensors (Hugging Face names) at D=8, FF=16, vocabulary 10, 16 positions
+/// and `layers` layers, with distinct values.
+pub fn write_tiny_bert(path: &std::path::Path, layers: usize) {
+    use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
+    let (d, ff) = (8usize, 16usize);
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![
+        ("embeddings.word_embeddings.weight".into(), vec![10, d]),
+        ("embeddings.position_embeddings.weight".into(), vec![16, d]),
+        ("embeddings.token_type_embeddings.weight".into(), vec![2, d]),
+        ("embeddings.LayerNorm.weight".into(), vec![d]),
+        ("embeddings.LayerNorm.bias".into(), vec![d]),
+    ];
+    for l in 0..layers {
+        let p = format!("encoder.layer.{l}");
+        for (name, shape) in [
+            ("attention.self.query.weight", vec![d, d]),
+            ("attention.self.query.bias", vec![d]),
+            ("attention.self.key.weight", vec![d, d]),
+            ("attention.self.key.bias", vec![d]),
+            ("attention.self.value.weight", vec![d, d]),
+            ("attention.self.value.bias", vec![d]),
+            ("attention.output.dense.weight", vec![d, d]),
+            ("attention.output.dense.bias", vec![d]),
+            ("attention.output.LayerNorm.weight", vec![d]),
+            ("attention.output.LayerNorm.bias", vec![d]),
+            ("intermediate.dense.weight", vec![ff, d]),
+            ("intermediate.dense.bias", vec![ff]),
+            ("output.dense.weight", vec![d, ff]),
+            ("output.dense.bias", vec![d]),
+            ("output.LayerNorm.weight", vec![d]),
+            ("output.LayerNorm.bias", vec![d]),
+        ] {
+            shapes.push((format!("{p}.{name}"), shape));
+        }
+    }
+    let data: Vec<Vec<u8>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(k, (_, s))| {
+            let n: usize = s.iter().product();
+            (0..n).flat_map(|i| ((k * 1000 + i) as f32 * 0.001).to_le_bytes()).collect()
+        })
+        .collect();
+    let views: Vec<(&str, TensorView)> = shapes
+        .iter()
+        .zip(&data)
+        .map(|((name, shape), bytes)| {
+            (name.as_str(), TensorView::new(Dtype::F32, shape.clone(), bytes).unwrap())
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
+/// The `-D` definitions that assemble `program` when it is programs/minilm_l6.s: a tiny model of
+/// its structure (D=8, 2 heads of 4, FF=16, 2 layers), whose weights are written into `dir`.
+/// Empty for any other program.
+pub fn minilm_tiny_defines(program: &std::path::Path, dir: &std::path::Path) -> Vec<(&'static str, String)> {
+    if program.file_name().is_none_or(|f| f != "minilm_l6.s") {
+        return Vec::new();
+    }
+    let weights = dir.join("tiny.safetensors");
+    write_tiny_bert(&weights, 2);
+    let mut d = vec![("WEIGHTS", weights.display().to_string())];
+    for (k, v) in [
+        ("D", "8"),
+        ("H", "2"),
+        ("HD", "4"),
+        ("FF", "16"),
+        ("L", "2"),
+        ("VOCAB", "10"),
+        ("MAXPOS", "16"),
+        ("SCALE", "0.5"),
+    ] {
+        d.push((k, v.to_string()));
+    }
+    d
+}
