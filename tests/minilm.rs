@@ -25,10 +25,9 @@ use adeadvm::HostTensor;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// The backends the strict-tier outputs must agree on bit for bit. Add `Backend::Vulkan` here
-/// when the Vulkan executor lands: a backend other than the CPU that cannot start (no device)
-/// is reported and skipped unless ADEADVM_REQUIRE_VULKAN=1.
-const BACKENDS: &[Backend] = &[Backend::Cpu, Backend::Auto];
+/// The backends the strict-tier outputs must agree on bit for bit. A backend other than the CPU
+/// that cannot start (no device) is reported and skipped unless ADEADVM_REQUIRE_VULKAN=1.
+const BACKENDS: &[Backend] = &[Backend::Cpu, Backend::Auto, Backend::Vulkan];
 
 /// Token ids of three sentences, obtained once with the model's own tokenizer.json
 /// (HF `tokenizers` 0.23.3, `Tokenizer.from_file(".../tokenizer.json").encode(s).ids` with the
