@@ -9,7 +9,7 @@
 //! Errors never stop the assembler: each line is assembled on its own, so after an error it
 //! goes on with the next line and every error in the file is reported.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::consts::{
     arg_text, int_arg, materialize, parse_elem, parse_f32, ConstTarget, ConstValue, FileCache,
@@ -92,6 +92,11 @@ pub(crate) struct Assembler<'o> {
     label_uses: Vec<LabelUse>,
     /// Files read for constants (see [`FileCache`]).
     files: FileCache,
+    /// Tensors whose declaration line failed: their uses are not reported again (one missing
+    /// `-D WEIGHTS=...` would otherwise add an "unknown tensor" error per use of each weight).
+    failed_decls: HashSet<String>,
+    /// Unknown `${NAME}`s already reported: reported at their first use only.
+    unknown_defines: HashSet<String>,
 }
 
 /// The first word of a line's code, for finding `.rept`/`.endr` before substitution.
@@ -195,12 +200,25 @@ impl<'o> Assembler<'o> {
             label_ids: HashMap::new(),
             label_uses: Vec::new(),
             files: FileCache::default(),
+            failed_decls: HashSet::new(),
+            unknown_defines: HashSet::new(),
         }
     }
 
     fn report(&mut self, ctx: &Ctx, d: Diag) {
         if self.errors.len() >= MAX_ERRORS {
             return;
+        }
+        // Follow-on errors of one already reported: the uses of a tensor whose declaration
+        // failed, and the later uses of an unknown define.
+        match &*d.kind {
+            AsmErrorKind::UnknownName { what: "tensor", name, .. }
+                if self.failed_decls.contains(name.trim_start_matches('%')) =>
+            {
+                return;
+            }
+            AsmErrorKind::UnknownDefine { name, .. } if !self.unknown_defines.insert(name.clone()) => return,
+            _ => {}
         }
         // The same error on the same expanded line (a `.rept` body line that does not use the
         // counter) is reported once, for its first iteration.
@@ -382,6 +400,7 @@ impl<'o> Assembler<'o> {
         let expanded = match self.substitute(code, stack) {
             Ok(e) => e,
             Err(d) => {
+                self.note_failed_decl(code, stack);
                 let ctx = self.ctx(no, raw, stack);
                 self.report(&ctx, d);
                 return;
@@ -389,7 +408,25 @@ impl<'o> Assembler<'o> {
         };
         let ctx = self.ctx(no, &format!("{expanded}{comment}"), stack);
         if let Err(d) = self.statement(&ctx, &expanded) {
+            self.note_failed_decl(&expanded, stack);
             self.report(&ctx, d);
+        }
+    }
+
+    /// When `code` is a tensor declaration (`.input`, `.const`, `.tensor`) that failed, remembers
+    /// the tensor's name (its own `${...}` substituted where they resolve) if it is not declared.
+    fn note_failed_decl(&mut self, code: &str, stack: &[ReptFrame]) {
+        let mut words = code.split_whitespace();
+        if !matches!(words.next(), Some(".input" | ".const" | ".tensor")) {
+            return;
+        }
+        let Some(token) = words.next().and_then(|w| w.strip_prefix('%')) else { return };
+        let Ok(name) = self.substitute(token, stack) else { return };
+        let end =
+            name.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(name.len());
+        let name = &name[..end];
+        if !name.is_empty() && !self.tensor_ids.contains_key(name) {
+            self.failed_decls.insert(name.to_string());
         }
     }
 
