@@ -4,42 +4,13 @@
 //! With no Vulkan device these tests print "skipped: ..." and pass, unless
 //! ADEADVM_REQUIRE_VULKAN=1 (CI), where a missing device or glslc fails them.
 
+mod common;
+
 use std::process::Command;
-use std::sync::OnceLock;
 
 use adeadvm::exec::cpu::reference::{Binary, Unary};
-use adeadvm::exec::vulkan::{self, VulkanExec, SHADERS};
-
-const UNARY: [Unary; 10] = [
-    Unary::Neg,
-    Unary::Abs,
-    Unary::Sqrt,
-    Unary::Rsqrt,
-    Unary::Exp,
-    Unary::Log,
-    Unary::Relu,
-    Unary::Sigmoid,
-    Unary::Tanh,
-    Unary::Gelu,
-];
-const BINARY: [Binary; 6] = [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min];
-
-fn required() -> bool {
-    std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
-}
-
-/// The shared executor, or None (after printing why) when there is no device and none is required.
-fn exec() -> Option<&'static VulkanExec> {
-    static EXEC: OnceLock<Result<VulkanExec, String>> = OnceLock::new();
-    match EXEC.get_or_init(|| VulkanExec::new().map_err(|e| e.to_string())) {
-        Ok(e) => Some(e),
-        Err(reason) if required() => panic!("ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {reason}"),
-        Err(reason) => {
-            println!("skipped: no Vulkan device ({reason})");
-            None
-        }
-    }
-}
+use adeadvm::exec::vulkan::{self, SHADERS};
+use common::vk::{exec, required, BINARY, UNARY};
 
 /// Special values: zeros, denormals, FLT_MIN neighbours, ones, huge, infinities, NaN payloads.
 fn specials() -> Vec<f32> {

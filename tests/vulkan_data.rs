@@ -9,46 +9,14 @@
 
 mod common;
 
-use std::sync::OnceLock;
-
 use adeadvm::exec::cpu::reference::{self as r, Binary, Unary};
 use adeadvm::exec::vulkan::ops::data;
 use adeadvm::exec::vulkan::{Recorder, Slice, VulkanError, VulkanExec};
 use adeadvm::isa::{DType, Dist};
 use adeadvm::vm::HostTensor;
+use common::vk::{exec, BINARY, UNARY};
 use proptest::prelude::*;
 use proptest::sample::select;
-
-const UNARY: [Unary; 10] = [
-    Unary::Neg,
-    Unary::Abs,
-    Unary::Sqrt,
-    Unary::Rsqrt,
-    Unary::Exp,
-    Unary::Log,
-    Unary::Relu,
-    Unary::Sigmoid,
-    Unary::Tanh,
-    Unary::Gelu,
-];
-const BINARY: [Binary; 6] = [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min];
-
-fn required() -> bool {
-    std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
-}
-
-/// The shared executor, or None (after printing why) when there is no device and none is required.
-fn exec() -> Option<&'static VulkanExec> {
-    static EXEC: OnceLock<Result<VulkanExec, String>> = OnceLock::new();
-    match EXEC.get_or_init(|| VulkanExec::new().map_err(|e| e.to_string())) {
-        Ok(e) => Some(e),
-        Err(reason) if required() => panic!("ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {reason}"),
-        Err(reason) => {
-            println!("skipped: no Vulkan device ({reason})");
-            None
-        }
-    }
-}
 
 /// One batch: `record` gets the kernels, a recorder and an output slice of `out_words` words;
 /// `inputs` are uploaded first (in order). Returns the output's words after the batch.

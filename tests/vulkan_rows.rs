@@ -7,30 +7,14 @@
 //! With no Vulkan device these tests print "skipped: ..." and pass, unless
 //! ADEADVM_REQUIRE_VULKAN=1 (CI), where a missing device fails them.
 
-use std::sync::OnceLock;
+mod common;
 
 use adeadvm::exec::cpu::reference::{self, MatmulShape, Reduce};
 use adeadvm::exec::vulkan::ops::rows::{self, Tuning};
 use adeadvm::exec::vulkan::{self, Recorder, Slice, VulkanError, VulkanExec, SHADERS};
 use adeadvm::isa::Act;
+use common::vk::exec;
 use proptest::prelude::*;
-
-fn required() -> bool {
-    std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
-}
-
-/// The shared executor, or None (after printing why) when there is no device and none is required.
-fn exec() -> Option<&'static VulkanExec> {
-    static EXEC: OnceLock<Result<VulkanExec, String>> = OnceLock::new();
-    match EXEC.get_or_init(|| VulkanExec::new().map_err(|e| e.to_string())) {
-        Ok(e) => Some(e),
-        Err(reason) if required() => panic!("ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {reason}"),
-        Err(reason) => {
-            println!("skipped: no Vulkan device ({reason})");
-            None
-        }
-    }
-}
 
 /// Deterministic pseudo-random bits (splitmix-like), so failures reproduce from the seed.
 fn mix(mut x: u64) -> u32 {

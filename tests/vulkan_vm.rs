@@ -14,12 +14,9 @@ use adeadvm::exec::cpu::SimdLevel;
 use adeadvm::isa::{Opcode, OP_INFO};
 use adeadvm::verify::VerifiedProgram;
 use adeadvm::vm::{Backend, HostTensor, VmConfig};
+use common::vk::required;
 use common::*;
 use proptest::prelude::*;
-
-fn required() -> bool {
-    std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
-}
 
 /// Whether Vulkan tests can run here; fails when they must.
 fn vulkan() -> bool {

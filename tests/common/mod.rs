@@ -1,6 +1,8 @@
 //! Shared test harness: assemble a program from text, run it, and compare against references.
 #![allow(dead_code)]
 
+pub mod vk;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
