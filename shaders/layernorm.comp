@@ -33,26 +33,29 @@ float tree_value(uint pass, uint e) {
     return strict_mul(d, d);
 }
 
-void main() {
-    uint t = gl_LocalInvocationIndex & ((1u << p.tbits) - 1u);
-    uint T = 1u << p.tbits;
-    uint groups = tree_groups(p.rows, p.tbits);
-    for (uint g = gl_WorkGroupID.x; g < groups; g += gl_NumWorkGroups.x) {
-        uint row = tree_row(g, p.tbits);
-        uint n = row < p.rows ? p.n : 0u;
-        g_base = row * p.n;
-        g_mu = strict_div(tree_reduce(TREE_ADD, 0u, n, p.tbits), p.nf);
-        float var = strict_div(tree_reduce(TREE_ADD, 1u, n, p.tbits), p.nf);
-        float rs = strict_rsqrt(strict_add(var, p.eps));
-        for (uint e = t; e < n; e += T) {
-            float v = strict_mul(strict_sub(x[g_base + e], g_mu), rs);
-            if ((p.flags & 1u) != 0u) {
-                v = strict_mul(v, gamma[e]);
-            }
-            if ((p.flags & 2u) != 0u) {
-                v = strict_add(v, beta[e]);
-            }
-            y[g_base + e] = v;
-        }
+float g_rs;
+
+// y = mul(sub(x, mu), rs), then * gamma, + beta.
+void row_elem(uint e) {
+    float v = strict_mul(strict_sub(x[g_base + e], g_mu), g_rs);
+    if ((p.flags & 1u) != 0u) {
+        v = strict_mul(v, gamma[e]);
     }
+    if ((p.flags & 2u) != 0u) {
+        v = strict_add(v, beta[e]);
+    }
+    y[g_base + e] = v;
+}
+
+void main() {
+    if (!tree_group_live(p.rows, p.tbits)) {
+        return;
+    }
+    uint row = tree_row(p.tbits);
+    uint n = row < p.rows ? p.n : 0u;
+    g_base = row * p.n;
+    g_mu = strict_div(tree_reduce(TREE_ADD, 0u, n, p.tbits), p.nf);
+    float var = strict_div(tree_reduce(TREE_ADD, 1u, n, p.tbits), p.nf);
+    g_rs = strict_rsqrt(strict_add(var, p.eps));
+    tree_for_each(n, p.tbits);
 }

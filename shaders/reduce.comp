@@ -25,23 +25,22 @@ uint g_base;
 float tree_value(uint pass, uint e) { return x[g_base + e * p.inner]; }
 
 void main() {
-    uint t = gl_LocalInvocationIndex & ((1u << p.tbits) - 1u);
     uint rows = p.outer * p.inner;
-    uint tree_op_code = p.op == 2u ? TREE_MAX : TREE_ADD;
-    uint groups = tree_groups(rows, p.tbits);
-    for (uint g = gl_WorkGroupID.x; g < groups; g += gl_NumWorkGroups.x) {
-        uint row = tree_row(g, p.tbits);
-        bool valid = row < rows;
-        uint n = valid ? p.len : 0u;
-        uint o = valid ? row / p.inner : 0u;
-        uint i = valid ? row % p.inner : 0u;
-        g_base = o * p.len * p.inner + i;
-        float r = tree_reduce(tree_op_code, 0u, n, p.tbits);
-        if (p.op == 1u) {
-            r = strict_div(r, p.nf);
-        }
-        if (valid && t == 0u) {
-            y[row] = r;
-        }
+    if (!tree_group_live(rows, p.tbits)) {
+        return;
+    }
+    uint t = gl_LocalInvocationIndex & ((1u << p.tbits) - 1u);
+    uint row = tree_row(p.tbits);
+    bool valid = row < rows;
+    uint n = valid ? p.len : 0u;
+    uint o = valid ? row / p.inner : 0u;
+    uint i = valid ? row % p.inner : 0u;
+    g_base = o * p.len * p.inner + i;
+    float r = tree_reduce(p.op == 2u ? TREE_MAX : TREE_ADD, 0u, n, p.tbits);
+    if (p.op == 1u) {
+        r = strict_div(r, p.nf);
+    }
+    if (valid && t == 0u) {
+        y[row] = r;
     }
 }

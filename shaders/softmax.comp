@@ -48,6 +48,11 @@ float tree_value(uint pass, uint e) {
     return ev;
 }
 
+float g_r;    // recip of the row's sum (the last pass)
+
+// The last pass: y[e] = mul(y[e], r) (this thread wrote y[e] in pass 1).
+void row_elem(uint e) { y[g_base + e] = strict_mul(y[g_base + e], g_r); }
+
 uint mask_row_offset(uint row) {
     uint off = 0u;
     uint rem = row;
@@ -61,18 +66,14 @@ uint mask_row_offset(uint row) {
 }
 
 void main() {
-    uint t = gl_LocalInvocationIndex & ((1u << p.tbits) - 1u);
-    uint T = 1u << p.tbits;
-    uint groups = tree_groups(p.rows, p.tbits);
-    for (uint g = gl_WorkGroupID.x; g < groups; g += gl_NumWorkGroups.x) {
-        uint row = tree_row(g, p.tbits);
-        uint n = row < p.rows ? p.n : 0u;
-        g_base = row * p.n;
-        g_mbase = ((p.flags & 1u) != 0u && n != 0u) ? mask_row_offset(row) : 0u;
-        g_m = tree_reduce(TREE_MAX, 0u, n, p.tbits);
-        float r = strict_recip(tree_reduce(TREE_ADD, 1u, n, p.tbits));
-        for (uint e = t; e < n; e += T) {
-            y[g_base + e] = strict_mul(y[g_base + e], r);
-        }
+    if (!tree_group_live(p.rows, p.tbits)) {
+        return;
     }
+    uint row = tree_row(p.tbits);
+    uint n = row < p.rows ? p.n : 0u;
+    g_base = row * p.n;
+    g_mbase = ((p.flags & 1u) != 0u && n != 0u) ? mask_row_offset(row) : 0u;
+    g_m = tree_reduce(TREE_MAX, 0u, n, p.tbits);
+    g_r = strict_recip(tree_reduce(TREE_ADD, 1u, n, p.tbits));
+    tree_for_each(n, p.tbits);
 }

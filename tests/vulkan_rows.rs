@@ -154,11 +154,11 @@ fn act_of(i: u8) -> Act {
     [Act::None, Act::Relu, Act::Gelu][usize::from(i % 3)]
 }
 
-/// A random [`Tuning`]: threads per row 2^b (or automatic) and a grid cap (or none); small caps
-/// make the shaders loop over rows, tiles and batches as they do past 65535 workgroups.
+/// A random [`Tuning`]: threads per row 2^b (or automatic) and a cap on the grid's x (or none);
+/// small caps spread the workgroups over y and z as more than 65535 of them would be.
 fn tunings() -> impl Strategy<Value = Tuning> {
     (prop::option::of(0u32..9), prop::option::of(1u32..4))
-        .prop_map(|(b, g)| Tuning { threads_per_row: b.map(|b| 1 << b), max_groups: g })
+        .prop_map(|(b, g)| Tuning { threads_per_row: b.map(|b| 1 << b), max_groups_x: g })
 }
 
 proptest! {
@@ -344,8 +344,8 @@ fn threads_per_row_never_change_bits() {
         let mut want_max = vec![0.0f32; nrows];
         reference::reduce(Reduce::Max, &x, &[nrows, n], 1, &mut want_max);
         for t in (0..=8).map(|b| 1u32 << b) {
-            // A grid of at most 2 workgroups: every kernel loops over its rows.
-            let tuning = Tuning { threads_per_row: Some(t), max_groups: Some(2) };
+            // A grid 2 wide: the workgroups spread over y.
+            let tuning = Tuning { threads_per_row: Some(t), max_groups_x: Some(2) };
             let mut rec = Recorder::new(ex.device()).unwrap();
             let sx = upload(ex, &mut rec, &x);
             let sg = upload(ex, &mut rec, &gamma);
@@ -389,10 +389,53 @@ fn matmul_edges() {
         true,
     );
     check(matmul_case(ex, &g, Act::None, Some(&[2, 1, 2, 1, 2, 1, 3, 1]), (13, 5), &Tuning::default()));
-    // Several tiles along m and n and several batches, on a 2x2x2 grid: each workgroup loops.
+    // Several tiles along m and n and several batches, on a grid 2 wide.
     let g = geometry(&[5], &[true], &[true], (130, 200, 20), (false, false), false);
-    let tuning = Tuning { threads_per_row: None, max_groups: Some(2) };
+    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(2) };
     check(matmul_case(ex, &g, Act::Gelu, Some(&[200]), (14, 5), &tuning));
+}
+
+/// A k longer than one matmul dispatch covers: the accumulators resume across dispatches.
+#[test]
+fn matmul_k_over_several_dispatches() {
+    let Some(ex) = exec() else { return };
+    let k = 2 * rows::MATMUL_K_SPAN as usize + 777;
+    let g = geometry(&[2], &[true], &[false], (3, 70, k), (false, true), false);
+    check(matmul_case(ex, &g, Act::Gelu, Some(&[3, 1]), (15, 5), &Tuning::default()));
+    let g = geometry(&[], &[], &[], (1, 1, rows::MATMUL_K_SPAN as usize), (true, false), false);
+    check(matmul_case(ex, &g, Act::Relu, None, (16, 5), &Tuning::default()));
+}
+
+/// Rows of the longest length allowed (2^24) stay within lavapipe's loop limit; longer rows,
+/// and a threads-per-row choice that would pass the limit, are refused.
+#[test]
+fn longest_rows() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let n = rows::MAX_ROW;
+    let x = values(21, n, 1);
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let sx = upload(ex, &mut rec, &x);
+    let dst = ex.alloc(n as u64 * 4).unwrap();
+    let mut want = vec![0.0f32; n];
+    reference::softmax(&x, &[1, n], None, 0.25, &mut want);
+    rows::softmax(k, &mut rec, &dst, &sx, &[1, n], None, 0.25).unwrap();
+    check(same_bits("softmax of a row of 2^24", &want, &fetch(ex, &mut rec, &dst)));
+    let one = ex.alloc(4).unwrap();
+    for op in [Reduce::Sum, Reduce::Max] {
+        let mut want = [0.0f32];
+        reference::reduce(op, &x, &[n], 0, &mut want);
+        rows::reduce(k, &mut rec, op, &one, &sx, &[n], 0).unwrap();
+        check(same_bits(&format!("{op:?} of 2^24"), &want, &fetch(ex, &mut rec, &one)));
+    }
+    let msg = |r: Result<(), VulkanError>| r.unwrap_err().to_string();
+    let t1 = Tuning { threads_per_row: Some(1), max_groups_x: None };
+    let e = msg(rows::reduce_with(k, &mut rec, Reduce::Sum, &one, &sx, &[n], 0, &t1));
+    assert!(e.starts_with("invalid Vulkan dispatch: 1 threads per row of 16777216 elements would run about "), "{e}");
+    assert!(e.ends_with(" loop iterations per thread; lavapipe stops at 65535 (use more threads per row)"), "{e}");
+    let e = msg(rows::reduce(k, &mut rec, Reduce::Sum, &one, &ex.alloc(4 * (n as u64 + 1)).unwrap(), &[n + 1], 0));
+    assert_eq!(e, "invalid Vulkan dispatch: reduce: rows of 16777217 elements; at most 2^24");
+    assert!(!rec.has_work());
 }
 
 /// Empty rows reduce to the reference's values; empty outputs record nothing.
@@ -419,9 +462,9 @@ fn empty_rows_and_outputs() {
     assert!(!rec.has_work(), "empty outputs must record nothing");
 }
 
-/// More rows and batches than one grid dimension holds: the launchers cap the grid at 65535
-/// and the shaders loop. (Slow on lavapipe, where a workgroup costs ~0.1 ms; the loops are
-/// covered cheaply by the small `max_groups` of the other tests.)
+/// More rows and batches than one grid dimension holds: the grid grows along y. (Slow on
+/// lavapipe, where a workgroup costs ~0.1 ms; the other tests cover the same index arithmetic
+/// cheaply with a small `max_groups_x`.)
 #[test]
 #[ignore = "about 15 s on lavapipe; run with --ignored"]
 fn grids_past_65535_workgroups() {
@@ -432,7 +475,7 @@ fn grids_past_65535_workgroups() {
     let mut rec = Recorder::new(ex.device()).unwrap();
     let sx = upload(ex, &mut rec, &x);
     // One row per workgroup (256 threads on one element).
-    let t256 = Tuning { threads_per_row: Some(256), max_groups: None };
+    let t256 = Tuning { threads_per_row: Some(256), max_groups_x: None };
     let dst = ex.alloc(rows_n as u64 * 4).unwrap();
     rows::rmsnorm_with(k, &mut rec, &dst, &sx, rows_n, 1, None, 1e-5, &t256).unwrap();
     let mut want = vec![0.0f32; rows_n];
@@ -493,7 +536,7 @@ fn bad_input_is_refused() {
             4,
             None,
             1e-5,
-            &Tuning { threads_per_row: Some(3), max_groups: None }
+            &Tuning { threads_per_row: Some(3), max_groups_x: None }
         )),
         "invalid Vulkan dispatch: 3 threads per row; a power of two from 1 to 256"
     );

@@ -21,7 +21,16 @@
 //
 // The including shader defines `float tree_value(uint pass, uint e)`: element e of the current
 // row for reduction `pass` (it may also write outputs; each element is visited exactly once per
-// reduction, in the lane's ascending order).
+// reduction, in the lane's ascending order), and, if it calls tree_for_each, `void
+// row_elem(uint e)`.
+//
+// Loop budget: lavapipe (gallivm) ends every loop of an invocation once the invocation has run
+// 65535 loop iterations in total (LP_MAX_TGSI_LOOP_ITERATIONS, one counter shared by all its
+// loops), silently. So the element loops here are unrolled by TREE_UNROLL (a row of 2^24
+// elements costs a 256-thread row about 8200 iterations per pass), every workgroup handles
+// exactly one group of rows (a 3-D grid covers them all; no grid-stride loop), and the
+// launchers refuse a threads-per-row choice whose loops could reach the limit
+// (ops::rows::loop_iterations repeats this count).
 #ifndef ADEADVM_ROWTREE_GLSL
 #define ADEADVM_ROWTREE_GLSL
 #include "strict.glsl"
@@ -38,10 +47,24 @@ float tree_init(uint op) { return op == TREE_MAX ? S_F(0xff800000u) : S_F(0u); }
 
 float tree_op(uint op, float a, float b) { return op == TREE_MAX ? strict_max(a, b) : strict_add(a, b); }
 
-// Lane `lane` of a row of n elements: init, then op with elements lane, lane+256, ... in order.
+const uint TREE_UNROLL = 8u;
+
+// Lane `lane` of a row of n elements: init, then op with elements lane, lane+256, ... in order
+// (TREE_UNROLL at a time, then the rest one by one).
 float tree_lane(uint op, uint pass, uint n, uint lane) {
     float acc = tree_init(op);
-    for (uint e = lane; e < n; e += TREE_LANES) {
+    uint e = lane;
+    for (; e + 7u * TREE_LANES < n; e += 8u * TREE_LANES) {
+        acc = tree_op(op, acc, tree_value(pass, e));
+        acc = tree_op(op, acc, tree_value(pass, e + TREE_LANES));
+        acc = tree_op(op, acc, tree_value(pass, e + 2u * TREE_LANES));
+        acc = tree_op(op, acc, tree_value(pass, e + 3u * TREE_LANES));
+        acc = tree_op(op, acc, tree_value(pass, e + 4u * TREE_LANES));
+        acc = tree_op(op, acc, tree_value(pass, e + 5u * TREE_LANES));
+        acc = tree_op(op, acc, tree_value(pass, e + 6u * TREE_LANES));
+        acc = tree_op(op, acc, tree_value(pass, e + 7u * TREE_LANES));
+    }
+    for (; e < n; e += TREE_LANES) {
         acc = tree_op(op, acc, tree_value(pass, e));
     }
     return acc;
@@ -93,13 +116,41 @@ float tree_reduce(uint op, uint pass, uint n, uint tbits) {
     return tree_finish(op, tree_thread(op, pass, n, t, tbits), tbits);
 }
 
-// Rows of the 1-D grid: rows_per_group = 256 >> tbits, groups = ceil(rows / rows_per_group).
-uint tree_groups(uint rows, uint tbits) {
-    uint rpg = TREE_LANES >> tbits;
-    return rows / rpg + ((rows % rpg) != 0u ? 1u : 0u);
+void row_elem(uint e);
+
+// row_elem(e) for this thread's elements of a row of n: e = t, t+T, t+2T, ... (T = 1 << tbits),
+// TREE_UNROLL at a time.
+void tree_for_each(uint n, uint tbits) {
+    uint T = 1u << tbits;
+    uint e = gl_LocalInvocationIndex & (T - 1u);
+    for (; e + 7u * T < n; e += 8u * T) {
+        row_elem(e);
+        row_elem(e + T);
+        row_elem(e + 2u * T);
+        row_elem(e + 3u * T);
+        row_elem(e + 4u * T);
+        row_elem(e + 5u * T);
+        row_elem(e + 6u * T);
+        row_elem(e + 7u * T);
+    }
+    for (; e < n; e += T) {
+        row_elem(e);
+    }
 }
 
-// The row this invocation works on in group g (may be >= rows: a padding row).
-uint tree_row(uint g, uint tbits) { return g * (TREE_LANES >> tbits) + (gl_LocalInvocationIndex >> tbits); }
+// This workgroup's index in the launch's grid (x fastest, then y, then z).
+uint tree_group() {
+    return (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+}
+
+// Whether this workgroup has rows: groups = ceil(rows / (256 >> tbits)); the grid may have a
+// few more workgroups than that, and those return at once (uniformly, before any barrier).
+bool tree_group_live(uint rows, uint tbits) {
+    uint rpg = TREE_LANES >> tbits;
+    return tree_group() < rows / rpg + ((rows % rpg) != 0u ? 1u : 0u);
+}
+
+// The row this invocation works on (may be >= rows: a padding row of the last group).
+uint tree_row(uint tbits) { return tree_group() * (TREE_LANES >> tbits) + (gl_LocalInvocationIndex >> tbits); }
 
 #endif // ADEADVM_ROWTREE_GLSL

@@ -65,13 +65,8 @@ impl Buffer {
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;
-        let main = Raw::new(
-            dev,
-            size,
-            usage,
-            vk_mem::MemoryUsage::AutoPreferDevice,
-            vk_mem::AllocationCreateFlags::empty(),
-        )?;
+        let main =
+            Raw::new(dev, size, usage, vk_mem::MemoryUsage::AutoPreferDevice, vk_mem::AllocationCreateFlags::empty())?;
         Ok(Buffer { dev: dev.clone(), size, main })
     }
 
@@ -103,6 +98,7 @@ impl Buffer {
     pub fn whole(self: &Arc<Self>) -> Slice {
         Slice { buf: self.clone(), offset: 0, len: self.size }
     }
+
 }
 
 /// A byte range of a [`Buffer`]; holds the buffer alive until the work using it has finished.
@@ -175,9 +171,7 @@ impl HostBuffer {
         debug_assert!(offset + bytes.len() as u64 <= self.size);
         // SAFETY: the mapping holds `size` bytes and the range lies inside it (the staging ring
         // hands out ranges within its chunks); no GPU work reads this range before the submit.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.raw.mapped.add(offset as usize), bytes.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.raw.mapped.add(offset as usize), bytes.len()) };
         self.dev
             .allocator
             .flush_allocation(&self.raw.alloc, offset, bytes.len() as u64)
@@ -192,9 +186,7 @@ impl HostBuffer {
             .invalidate_allocation(&self.raw.alloc, offset, out.len() as u64)
             .map_err(check("vmaInvalidateAllocation"))?;
         // SAFETY: as in write; the fence of the copy into this range has signalled.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.raw.mapped.add(offset as usize), out.as_mut_ptr(), out.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.raw.mapped.add(offset as usize), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 }

@@ -2,9 +2,9 @@
 //! RMSNORM and REDUCE_SUM/MEAN/MAX. Each gives exactly the bits of its CPU reference
 //! (`exec::cpu::reference::{matmul, softmax, layernorm, rmsnorm, reduce}`):
 //!
-//! - matmul (`shaders/matmul.comp`): every output keeps one accumulator that sees `k` in
-//!   ascending order (`acc = +0; acc = add(acc, mul(a, b))`), then the bias, then the activation;
-//!   the 64x64 shared-memory tiles only decide which thread does which output.
+//! - matmul (`shaders/include/matmul.glsl`): every output keeps one accumulator that sees `k`
+//!   in ascending order (`acc = +0; acc = add(acc, mul(a, b))`), then the bias, then the
+//!   activation; the 64x64 shared-memory tiles only decide which thread does which output.
 //! - the row kernels (`shaders/{softmax,layernorm,rmsnorm,reduce}.comp`) follow the fixed
 //!   256-lane tree of `numerics::reduce` (`shaders/include/rowtree.glsl`): lane `j` accumulates
 //!   elements `j, j+256, ...` in order, then the halving levels 128..1. A row is shared by
@@ -13,15 +13,20 @@
 //!   shared memory. Every `T` gives the same bits; the launchers pick it from the row length
 //!   (short rows: several rows per workgroup; strided reductions: a thread per output).
 //!
-//! Grids stay within 65535 workgroups per dimension; the shaders loop over the rest. The
-//! `*_with` variants take a [`Tuning`] that fixes `T` or the grid size (tests, benchmarks);
-//! no tuning changes a result bit.
+//! Every workgroup handles one group of rows or one output tile, and the grid (x, then y, then
+//! z, each at most 65535) covers them all. No invocation runs long loops: lavapipe silently ends
+//! every loop of an invocation after 65535 loop iterations in all (see rowtree.glsl), so the
+//! shaders unroll their element loops, a matmul over a long `k` is split into dispatches of
+//! [`MATMUL_K_SPAN`], and [`loop_iterations`] bounds what a row kernel may ask of one thread.
+//! The `*_with` variants take a [`Tuning`] (tests, benchmarks); no tuning changes a result bit.
 //!
 //! Operands are slices of f32 words bound at their own offsets; binding 0 is the destination,
 //! then the sources in the order of the signature. An absent optional operand is replaced by
 //! another bound slice and a flag in the push constants. Every slice must hold exactly the
 //! tensor's bytes. Nothing is recorded for an empty output. Shapes have at most [`MAX_RANK`]
-//! axes and every tensor fewer than 2^31 elements (the shaders index with 32-bit words).
+//! axes, every tensor fewer than 2^31 elements (the shaders index with 32-bit words), and rows
+//! of the row kernels at most [`MAX_ROW`] elements (the verifier's limit on reduced rows, where
+//! every executor converts the length to f32 exactly).
 
 use std::sync::Arc;
 
@@ -32,18 +37,30 @@ use crate::isa::Act;
 /// Most axes a tensor of these kernels may have.
 pub const MAX_RANK: usize = 8;
 
+/// Longest row of the row kernels (the reduced axis of a reduction).
+pub const MAX_ROW: usize = 1 << 24;
+
+/// The `k` one matmul dispatch covers (shaders/include/matmul.glsl `K_SPAN`).
+pub const MATMUL_K_SPAN: u64 = 16384;
+
 /// Most elements of one tensor (the shaders index with u32 and add tile offsets past the end).
 const MAX_ELEMS: u64 = (1 << 31) - 1;
 
-/// Workgroups per grid dimension that every launch stays within (the loops in the shaders
-/// cover the rest).
+/// Workgroups per grid dimension that every launch stays within.
 const MAX_GROUPS: u32 = 65535;
 
-/// Matmul output tile (shaders/matmul.comp TM, TN).
+/// Matmul output tile (shaders/include/matmul.glsl TM, TN).
 const MATMUL_TILE: u64 = 64;
 
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
+
+/// Loop iterations the launchers allow one invocation (lavapipe stops at 65535; the count in
+/// [`loop_iterations`] is an upper bound, and this leaves room besides).
+const LOOP_BUDGET: u64 = 60_000;
+
+/// rowtree.glsl `TREE_UNROLL`.
+const TREE_UNROLL: u64 = 8;
 
 fn invalid(msg: impl Into<String>) -> VulkanError {
     VulkanError::Invalid(msg.into())
@@ -83,39 +100,80 @@ fn w(v: u64) -> u32 {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tuning {
     /// Threads sharing one row in the row kernels: a power of two from 1 to 256. None picks
-    /// from the row length.
+    /// from the row length. A choice whose loops [`loop_iterations`] counts past the budget
+    /// is refused.
     pub threads_per_row: Option<u32>,
-    /// Most workgroups per grid dimension (at least 1). None: 65535, or the device's limit if
-    /// lower. The shaders loop over the rest.
-    pub max_groups: Option<u32>,
+    /// Most workgroups along the grid's x dimension (at least 1); the grid grows along y and z
+    /// for the rest. None: 65535, or the device's limit if lower.
+    pub max_groups_x: Option<u32>,
 }
 
-/// Workgroups for `want` along grid dimension `dim`: at least 1, at most the device's limit,
-/// 65535 and the tuning's cap.
-fn clamp_groups(rec: &Recorder, tuning: &Tuning, dim: usize, want: u64) -> u32 {
-    let device = rec.device().info.max_compute_workgroup_count[dim];
-    let limit = device.min(MAX_GROUPS).min(tuning.max_groups.unwrap_or(u32::MAX)).max(1);
-    want.clamp(1, u64::from(limit)) as u32
-}
-
-/// log2 of the threads sharing one row: enough that each lane holding data has its own thread
-/// (rows of up to 256 elements) but no more, so short rows pack many to a workgroup. A strided
-/// row (`inner > 1` in a reduction) with many outputs gets a thread per output: neighbouring
-/// threads then read neighbouring words.
-fn auto_tbits(rows: u64, n: u64, strided: bool) -> u32 {
-    if strided && rows >= 4096 {
-        return 0;
+/// A grid of at least `groups` workgroups: x up to its cap, then y, then z (each within the
+/// device's limits and 65535). The shaders number the workgroups x fastest and skip the spares.
+fn grid(rec: &Recorder, tuning: &Tuning, groups: u64) -> Result<[u32; 3], VulkanError> {
+    let lim = rec.device().info.max_compute_workgroup_count.map(|l| u64::from(l.clamp(1, MAX_GROUPS)));
+    let x = groups.clamp(1, lim[0].min(u64::from(tuning.max_groups_x.unwrap_or(u32::MAX)).max(1)));
+    let rest = groups.div_ceil(x);
+    let y = rest.clamp(1, lim[1]);
+    let z = rest.div_ceil(y).max(1);
+    if z > lim[2] {
+        return Err(invalid(format!("{groups} workgroups do not fit a grid of {lim:?} (at most {x} along x)")));
     }
-    n.clamp(1, 256).next_power_of_two().trailing_zeros()
+    Ok([x as u32, y as u32, z as u32])
 }
 
-/// log2 of the tuning's threads per row (a power of two in 1..=256), or `auto`.
-fn tbits_of(tuning: &Tuning, auto: u32) -> Result<u32, VulkanError> {
-    match tuning.threads_per_row {
-        None => Ok(auto),
-        Some(t) if t.is_power_of_two() && t <= 256 => Ok(t.trailing_zeros()),
-        Some(t) => Err(invalid(format!("{t} threads per row; a power of two from 1 to 256"))),
+/// An upper bound on the loop iterations one invocation of a row kernel runs (rowtree.glsl):
+/// `reductions` trees and `elem_loops` per-element passes over a row of `n` elements shared by
+/// `1 << tbits` threads. Each thread owns `R = 256 >> tbits` lanes of `ceil(n / 256)`
+/// elements, walked `TREE_UNROLL` at a time plus a remainder, with the binary-counter fold and
+/// the shared levels around them; a loop that runs `i` times costs `i + 1`.
+pub fn loop_iterations(n: u64, tbits: u32, reductions: u64, elem_loops: u64) -> u64 {
+    let lanes = 256u64 >> tbits;
+    let per_lane = n.div_ceil(256);
+    // p loop + (unrolled + remainder + their exits) per lane + trailing-ones loop per leaf.
+    let tree = lanes * (1 + per_lane / TREE_UNROLL + TREE_UNROLL + 1 + 2) + u64::from(tbits) + 2;
+    let per_elem = n.div_ceil(1 << tbits) / TREE_UNROLL + TREE_UNROLL + 1;
+    // The mask's row offset (softmax) and other fixed loops.
+    reductions * tree + elem_loops * per_elem + 16
+}
+
+/// The threads sharing one row (as log2) for rows of `n` whose kernel runs `reductions`
+/// trees and `elem_loops` element passes: `tuning.threads_per_row` if given (refused past the
+/// loop budget), else enough threads that every lane holding data has its own thread (rows of
+/// up to 256 elements) but no more, so short rows pack many to a workgroup; a strided row
+/// (`inner > 1` in a reduction) with many outputs gets a thread per output where the budget
+/// allows, so neighbouring threads read neighbouring words.
+fn row_tbits(
+    tuning: &Tuning,
+    rows: u64,
+    n: u64,
+    strided: bool,
+    (reductions, elem_loops): (u64, u64),
+) -> Result<u32, VulkanError> {
+    let fits = |tbits: u32| loop_iterations(n, tbits, reductions, elem_loops) <= LOOP_BUDGET;
+    let tbits = match tuning.threads_per_row {
+        Some(t) if t.is_power_of_two() && t <= 256 => t.trailing_zeros(),
+        Some(t) => return Err(invalid(format!("{t} threads per row; a power of two from 1 to 256"))),
+        None if strided && rows >= 4096 && fits(0) => 0,
+        None => n.clamp(1, 256).next_power_of_two().trailing_zeros(),
+    };
+    if !fits(tbits) {
+        return Err(invalid(format!(
+            "{} threads per row of {n} elements would run about {} loop iterations per thread; \
+             lavapipe stops at 65535 (use more threads per row)",
+            1u32 << tbits,
+            loop_iterations(n, tbits, reductions, elem_loops)
+        )));
     }
+    Ok(tbits)
+}
+
+/// Rows of a row kernel must be at most [`MAX_ROW`] long.
+fn check_row(what: &str, n: u64) -> Result<(), VulkanError> {
+    if n > MAX_ROW as u64 {
+        return Err(invalid(format!("{what}: rows of {n} elements; at most 2^24")));
+    }
+    Ok(())
 }
 
 /// One dispatch of a row kernel over `rows` rows with `256 >> tbits` rows per workgroup.
@@ -128,8 +186,8 @@ fn dispatch_rows(
     rows: u64,
     tbits: u32,
 ) -> Result<(), VulkanError> {
-    let groups = rows.div_ceil(256 >> tbits);
-    rec.dispatch(kernel, bindings, push, [clamp_groups(rec, tuning, 0, groups), 1, 1])
+    let groups = grid(rec, tuning, rows.div_ceil(256 >> tbits))?;
+    rec.dispatch(kernel, bindings, push, groups)
 }
 
 /// MATMUL: `dst = act(op(a) @ op(b) + bias)`, exactly `reference::matmul`.
@@ -154,7 +212,7 @@ pub fn matmul(
     matmul_with(k, rec, g, act, dst, a, b, bias, &Tuning::default())
 }
 
-/// [`matmul`] with a [`Tuning`] (only `max_groups` applies).
+/// [`matmul`] with a [`Tuning`] (only `max_groups_x` applies).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_with(
     k: &Kernels,
@@ -193,15 +251,23 @@ pub fn matmul_with(
         push.extend((0..4).map(|i| ax(i).field(field)));
     }
     push.extend([ax(4).dim, ax(5).dim, ax(4).a, ax(5).a, ax(4).b, ax(5).b, ax(4).c, ax(5).c]);
-    push.extend([plan.m, plan.n, plan.k, flags, plan.batches, plan.bias_sm, plan.bias_sn]);
+    push.extend([plan.m, plan.n, plan.k, flags, 0, plan.bias_sm, plan.bias_sn]);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
-    let groups = [
-        clamp_groups(rec, tuning, 0, u64::from(plan.n).div_ceil(MATMUL_TILE)),
-        clamp_groups(rec, tuning, 1, u64::from(plan.m).div_ceil(MATMUL_TILE)),
-        clamp_groups(rec, tuning, 2, u64::from(plan.batches)),
-    ];
-    rec.dispatch(&kernel, &bindings, &push, groups)
+    let tiles = u64::from(plan.batches)
+        * u64::from(plan.m).div_ceil(MATMUL_TILE)
+        * u64::from(plan.n).div_ceil(MATMUL_TILE);
+    let groups = grid(rec, tuning, tiles)?;
+    // One dispatch per span of k; each resumes the accumulators the previous one stored.
+    let mut k_begin = 0u64;
+    loop {
+        push[28] = w(k_begin);
+        rec.dispatch(&kernel, &bindings, &push, groups)?;
+        k_begin += MATMUL_K_SPAN;
+        if k_begin >= u64::from(plan.k) {
+            return Ok(());
+        }
+    }
 }
 
 /// One merged batch axis of a matmul: its size and each operand's element stride along it
@@ -415,7 +481,8 @@ pub fn softmax_with(
         }
     }
     let rows = total.checked_div(n).unwrap_or(0);
-    let tbits = tbits_of(tuning, auto_tbits(rows, n, false))?;
+    check_row("softmax", n)?;
+    let tbits = row_tbits(tuning, rows, n, false, (2, 1))?;
     if total == 0 {
         return Ok(());
     }
@@ -480,7 +547,7 @@ pub fn layernorm_with(
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
     let total = norm_checks("layernorm", dst, x, rows, n, &[("gamma", gamma), ("beta", beta)])?;
-    let tbits = tbits_of(tuning, auto_tbits(rows as u64, n as u64, false))?;
+    let tbits = row_tbits(tuning, rows as u64, n as u64, false, (2, 1))?;
     if total == 0 {
         return Ok(());
     }
@@ -526,7 +593,7 @@ pub fn rmsnorm_with(
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
     let total = norm_checks("rmsnorm", dst, x, rows, n, &[("gamma", gamma)])?;
-    let tbits = tbits_of(tuning, auto_tbits(rows as u64, n as u64, false))?;
+    let tbits = row_tbits(tuning, rows as u64, n as u64, false, (1, 1))?;
     if total == 0 {
         return Ok(());
     }
@@ -553,6 +620,7 @@ fn norm_checks(
     affine: &[(&str, Option<&Slice>)],
 ) -> Result<u64, VulkanError> {
     let total = elements(what, &[rows, n])?;
+    check_row(what, n as u64)?;
     check_len(&format!("{what} x"), x, total)?;
     check_len(&format!("{what} destination"), dst, total)?;
     for (name, s) in affine {
@@ -605,8 +673,8 @@ pub fn reduce_with(
     };
     check_len("reduce x", x, total)?;
     check_len("reduce destination", dst, outs)?;
-    let auto = auto_tbits(outs, len, inner > 1);
-    let tbits = tbits_of(tuning, auto)?;
+    check_row("reduce", len)?;
+    let tbits = row_tbits(tuning, outs, len, inner > 1, (1, 0))?;
     if outs == 0 {
         return Ok(());
     }
