@@ -104,8 +104,10 @@ fn pools() -> &'static Pools {
 fn contexts(tier: Tier) -> Vec<Ctx<'static>> {
     let p = pools();
     let mut levels = vec![SimdLevel::Scalar];
-    if SimdLevel::detect() >= SimdLevel::Avx2 {
-        levels.push(SimdLevel::Avx2);
+    for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
+        if SimdLevel::detect() >= l {
+            levels.push(l);
+        }
     }
     let mut v = Vec::new();
     for level in levels {

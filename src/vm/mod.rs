@@ -378,6 +378,8 @@ impl Vm {
         let mut pc = 0usize;
         let mut steps = 0u64;
         let wants = observer.wants();
+        // The common case in one flag: no device, nothing timed, nothing copied out per step.
+        let plain = self.gpu.is_none() && !wants.timing && !wants.written;
         while pc < code.len() {
             if let Some(max) = self.config.max_steps {
                 if steps >= max {
@@ -386,7 +388,9 @@ impl Vm {
             }
             let ins = &code[pc];
             let t0 = wants.timing.then(Instant::now);
-            let (next, cost) = if self.on_gpu(&frame, ins) {
+            let (next, cost) = if plain {
+                self.exec(p, &mut frame, pc, &ins.insn)?
+            } else if self.on_gpu(&frame, ins) {
                 let r = self.exec_gpu(p, &mut frame, pc, &ins.insn)?;
                 // Observers see finished work: timing waits for the GPU, data comes back.
                 if matches!(ins.insn, Insn::Store { .. }) && wants.written {
@@ -645,22 +649,20 @@ impl Vm {
             | Insn::Max { dst, a, b }
             | Insn::Min { dst, a, b } => {
                 let op = binary_of(insn.opcode());
-                let (sa, sb, so) = (
-                    f.shapes[a.0 as usize].clone(),
-                    f.shapes[b.0 as usize].clone(),
-                    f.shapes[dst.0 as usize].clone(),
-                );
+                // Borrowed, not cloned: this runs once per instruction (no allocation).
+                let (sa, sb, so) =
+                    (&f.shapes[a.0 as usize], &f.shapes[b.0 as usize], &f.shapes[dst.0 as usize]);
                 cost = (n_of(f, dst), (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
                 if dt(dst) == DType::I32 {
                     self.int_op(p, f, dst, &[Some(a), Some(b)], |out, ins| {
                         r::binary_i32(
                             op,
                             ins[0].unwrap_or_default(),
-                            &sa,
+                            sa,
                             ins[1].unwrap_or_default(),
-                            &sb,
+                            sb,
                             out,
-                            &so,
+                            so,
                         )
                     });
                 } else {
@@ -670,11 +672,11 @@ impl Vm {
                             &ctx,
                             op,
                             ins[0].unwrap_or_default(),
-                            &sa,
+                            sa,
                             ins[1].unwrap_or_default(),
-                            &sb,
+                            sb,
                             out,
-                            &so,
+                            so,
                         )
                     });
                 }
@@ -719,19 +721,12 @@ impl Vm {
                 });
             }
             Insn::Softmax { dst, x, mask, scale } => {
-                let shape = f.shapes[x.0 as usize].clone();
-                let mask_shape = mask.map(|t| f.shapes[t.0 as usize].clone());
+                let shape = &f.shapes[x.0 as usize];
+                let mask_shape = mask.map(|t| f.shapes[t.0 as usize].as_slice());
                 cost = (5 * n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
                 let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(x), mask], |out, ins| {
-                    simd::softmax(
-                        &ctx,
-                        ins[0].unwrap_or_default(),
-                        &shape,
-                        ins[1].zip(mask_shape.as_deref()),
-                        scale,
-                        out,
-                    )
+                    simd::softmax(&ctx, ins[0].unwrap_or_default(), shape, ins[1].zip(mask_shape), scale, out)
                 });
             }
             Insn::Layernorm { dst, x, gamma, beta, eps } => {
@@ -758,12 +753,12 @@ impl Vm {
                     Opcode::ReduceMean => Reduce::Mean,
                     _ => Reduce::Max,
                 };
-                let shape = f.shapes[src.0 as usize].clone();
+                let shape = &f.shapes[src.0 as usize];
                 let ax = norm_axis(axis, shape.len());
                 cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
                 let ctx = f.ctx();
                 self.float_op(p, f, dst, &[Some(src)], |out, ins| {
-                    simd::reduce(&ctx, op, ins[0].unwrap_or_default(), &shape, ax, out)
+                    simd::reduce(&ctx, op, ins[0].unwrap_or_default(), shape, ax, out)
                 });
             }
             Insn::Kernel { .. } => {

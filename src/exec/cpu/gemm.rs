@@ -1,7 +1,8 @@
 //! Single-precision GEMM for the CPU executor: `C = A·B` with arbitrary operand strides.
 //!
 //! One blocked driver (BLIS-style loops NC → KC → MC → NR → MR over packed panels) serves
-//! both tiers; only the AVX2 microkernel differs:
+//! both tiers and both vector widths; only the microkernel differs (AVX2+FMA 6×16 on ymm,
+//! AVX-512 12×32 on zmm, one generic kernel over the lane type):
 //!
 //! - **strict**: every `C(i,j)` is the reference chain `acc = +0; acc = acc + A(i,p)·B(p,j)`
 //!   for `p` ascending, with a separate `vmulps` and `vaddps` (never fused), under MXCSR
@@ -28,13 +29,14 @@ use super::{Ctx, SimdLevel};
 use crate::isa::Tier;
 use crate::numerics as nx;
 
-/// Microkernel rows (broadcast A values per k step).
+/// AVX2 microkernel rows (broadcast A values per k step); AVX-512 uses 12.
 pub const MR: usize = 6;
-/// Microkernel columns (two ymm vectors of B per k step).
+/// AVX2 microkernel columns (two ymm vectors of B per k step); AVX-512 uses 32.
 pub const NR: usize = 16;
 /// Depth of one packed block: a KC×NR B micro-panel (16 KiB) stays in L1.
 const KC: usize = 256;
-/// Rows of A packed per block: MC×KC floats (144 KiB) stay in L2.
+/// Rows of A packed per block (rounded up to a multiple of the kernel's rows): MC×KC floats
+/// (144 KiB) stay in L2.
 const MC: usize = 144;
 /// Columns of B packed per block: KC×NC floats (4 MiB) stay in L3.
 const NC: usize = 4096;
@@ -79,16 +81,26 @@ pub fn gemm(
 
     #[cfg(target_arch = "x86_64")]
     if ctx.level >= SimdLevel::Avx2 {
+        use x86::Micro;
         let strict = ctx.tier == Tier::Strict;
-        run_tasks(ctx, &ops, c, |rect, out| {
-            let _ftz = strict.then(FtzGuard::new);
-            // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS) reported
-            // AVX2 and FMA on this CPU (`SimdLevel::detect`), so the target features exist.
-            unsafe { avx2::gemm_rect(strict, &ops, rect, out) }
-        });
+        if ctx.level >= SimdLevel::Avx512 {
+            run_tasks(ctx, &ops, c, (x86::Avx512::MR, x86::Avx512::NR), |rect, out| {
+                let _ftz = strict.then(FtzGuard::new);
+                // SAFETY: `ctx.level >= Avx512` is only ever set after CPUID and the OS
+                // reported AVX-512F/BW/DQ/VL on this CPU (`SimdLevel::detect`).
+                unsafe { x86::gemm_rect::<x86::Avx512>(strict, &ops, rect, out) }
+            });
+        } else {
+            run_tasks(ctx, &ops, c, (MR, NR), |rect, out| {
+                let _ftz = strict.then(FtzGuard::new);
+                // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS)
+                // reported AVX2 and FMA on this CPU (`SimdLevel::detect`).
+                unsafe { x86::gemm_rect::<x86::Avx2>(strict, &ops, rect, out) }
+            });
+        }
         return;
     }
-    run_tasks(ctx, &ops, c, |rect, out| scalar_rect(&ops, rect, out));
+    run_tasks(ctx, &ops, c, (MR, NR), |rect, out| scalar_rect(&ops, rect, out));
 }
 
 /// The operands of one call (shape and strided views of A and B).
@@ -129,7 +141,7 @@ unsafe impl Sync for OutPtr {}
 /// Splits the output into fixed rectangles, one per thread, and runs `f` on each (inline
 /// when there is one thread or little work). The split changes only who computes an output,
 /// never how, so the bits do not depend on it.
-fn run_tasks<F>(ctx: &Ctx, ops: &Operands, c: &mut [f32], f: F)
+fn run_tasks<F>(ctx: &Ctx, ops: &Operands, c: &mut [f32], (mr, nr): (usize, usize), f: F)
 where
     F: Fn(Rect, OutPtr) + Sync,
 {
@@ -142,9 +154,9 @@ where
         _ => return f(whole, out),
     };
     // Split the longer side (in microkernel units) into `threads` near-equal parts.
-    let (m_units, n_units) = (m.div_ceil(MR), n.div_ceil(NR));
-    let by_rows = m_units >= threads.min(n_units) && m_units * MR >= n / 2;
-    let (units, unit, len) = if by_rows { (m_units, MR, m) } else { (n_units, NR, n) };
+    let (m_units, n_units) = (m.div_ceil(mr), n.div_ceil(nr));
+    let by_rows = m_units >= threads.min(n_units) && m_units * mr >= n / 2;
+    let (units, unit, len) = if by_rows { (m_units, mr, m) } else { (n_units, nr, n) };
     let parts = threads.min(units);
     if parts <= 1 {
         return f(whole, out);
@@ -210,141 +222,183 @@ std::thread_local! {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+mod x86 {
     use super::*;
     use std::arch::x86_64::*;
 
-    /// The blocked algorithm on one output rectangle.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA; `out` must point to the live m×n output with `r`
-    /// inside it and written by no one else meanwhile.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn gemm_rect(strict: bool, ops: &Operands, r: Rect, out: OutPtr) {
-        PACK.with(|bufs| {
-            // A re-entrant call on this thread (not expected) would find the buffers taken
-            // and use fresh ones instead of panicking.
-            match bufs.try_borrow_mut() {
-                Ok(mut b) => {
-                    let (bb, ab) = &mut *b;
-                    gemm_rect_with(strict, ops, r, out, bb, ab)
-                }
-                Err(_) => gemm_rect_with(strict, ops, r, out, &mut Vec::new(), &mut Vec::new()),
-            }
-        })
+    /// Largest microkernel tile (floats); partial tiles go through a scratch tile this big.
+    const MAX_TILE: usize = 12 * 32;
+
+    /// The lane operations the microkernel needs, for one vector width. Every method is
+    /// `#[inline(always)]` and only ever runs inlined into a `#[target_feature]` entry point
+    /// ([`tile_avx2`], [`tile_avx512`]) that enables the width's instruction set.
+    pub(super) trait Lanes: Copy {
+        /// f32 lanes per vector.
+        const LANES: usize;
+        /// # Safety
+        /// The CPU must have the width's instruction set.
+        unsafe fn zero() -> Self;
+        /// # Safety
+        /// As [`Lanes::zero`]; `p[..LANES]` readable.
+        unsafe fn load(p: *const f32) -> Self;
+        /// # Safety
+        /// As [`Lanes::zero`]; `*p` readable.
+        unsafe fn splat(p: *const f32) -> Self;
+        /// # Safety
+        /// As [`Lanes::zero`]; `p[..LANES]` writable.
+        unsafe fn store(self, p: *mut f32);
+        /// `self + a*b`: a separate multiply and add (STRICT) or one FMA.
+        /// # Safety
+        /// As [`Lanes::zero`].
+        unsafe fn mul_add<const STRICT: bool>(self, a: Self, b: Self) -> Self;
+        /// Any NaN lane becomes the canonical NaN.
+        /// # Safety
+        /// As [`Lanes::zero`].
+        unsafe fn canon_nan(self) -> Self;
     }
 
-    /// [`gemm_rect`] with the packing buffers given.
-    ///
-    /// # Safety
-    /// As for [`gemm_rect`].
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn gemm_rect_with(
-        strict: bool,
-        ops: &Operands,
-        r: Rect,
-        out: OutPtr,
-        bbuf: &mut Vec<f32>,
-        abuf: &mut Vec<f32>,
-    ) {
-        let k = ops.k;
-        let nc_max = NC.min((r.j1 - r.j0).next_multiple_of(NR));
-        let mc_max = MC.min((r.i1 - r.i0).next_multiple_of(MR));
-        let kc_max = KC.min(k);
-        let bpack = aligned(bbuf, kc_max * nc_max);
-        let apack = aligned(abuf, kc_max * mc_max);
-        for jc in (r.j0..r.j1).step_by(NC) {
-            let nc = NC.min(r.j1 - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                let (first, last) = (pc == 0, pc + kc == k);
-                pack_b(ops, pc, kc, jc, nc, bpack);
-                for ic in (r.i0..r.i1).step_by(MC) {
-                    let mc = MC.min(r.i1 - ic);
-                    pack_a(ops, ic, mc, pc, kc, apack);
-                    for jr in (0..nc).step_by(NR) {
-                        let bp = bpack[jr * kc..].as_ptr();
-                        let cols = NR.min(nc - jr);
-                        for ir in (0..mc).step_by(MR) {
-                            let ap = apack[ir * kc..].as_ptr();
-                            let rows = MR.min(mc - ir);
-                            let cp = out.ptr.add((ic + ir) * out.n + jc + jr);
-                            // SAFETY: the panels hold kc·MR and kc·NR floats at `ap` and `bp`;
-                            // the tile (rows×cols at `cp`, row stride n) is inside `r`.
-                            tile(strict, kc, ap, bp, cp, out.n, rows, cols, first, last);
-                        }
-                    }
-                }
-            }
+    impl Lanes for __m256 {
+        const LANES: usize = 8;
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            _mm256_setzero_ps()
         }
-    }
-
-    /// Packs B(pc.., jc..) (kc×nc) into NR-wide panels, each kc×NR row-major, zero-padded.
-    fn pack_b(ops: &Operands, pc: usize, kc: usize, jc: usize, nc: usize, dst: &mut [f32]) {
-        let (b, rs, cs) = (ops.b, ops.b_rs, ops.b_cs);
-        for (jp, panel) in (0..nc).step_by(NR).zip(dst.chunks_exact_mut(kc * NR)) {
-            let w = NR.min(nc - jp);
-            let j = jc + jp;
-            if cs == 1 {
-                for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
-                    let src = (pc + p) * rs + j;
-                    row[..w].copy_from_slice(&b[src..src + w]);
-                    row[w..].fill(0.0);
-                }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            _mm256_loadu_ps(p)
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> Self {
+            _mm256_broadcast_ss(&*p)
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm256_storeu_ps(p, self)
+        }
+        #[inline(always)]
+        unsafe fn mul_add<const STRICT: bool>(self, a: Self, b: Self) -> Self {
+            if STRICT {
+                _mm256_add_ps(self, _mm256_mul_ps(a, b))
             } else {
-                for jj in 0..NR {
-                    if jj < w {
-                        let base = (j + jj) * cs;
-                        for p in 0..kc {
-                            panel[p * NR + jj] = b[base + (pc + p) * rs];
-                        }
-                    } else {
-                        for p in 0..kc {
-                            panel[p * NR + jj] = 0.0;
-                        }
-                    }
-                }
+                _mm256_fmadd_ps(a, b, self)
             }
+        }
+        #[inline(always)]
+        unsafe fn canon_nan(self) -> Self {
+            let qnan = _mm256_castsi256_ps(_mm256_set1_epi32(nx::CANONICAL_NAN as i32));
+            _mm256_blendv_ps(self, qnan, _mm256_cmp_ps::<_CMP_UNORD_Q>(self, self))
         }
     }
 
-    /// Packs A(ic.., pc..) (mc×kc) into MR-tall panels, each kc×MR (k-major), zero-padded.
-    fn pack_a(ops: &Operands, ic: usize, mc: usize, pc: usize, kc: usize, dst: &mut [f32]) {
-        let (a, rs, cs) = (ops.a, ops.a_rs, ops.a_cs);
-        for (ip, panel) in (0..mc).step_by(MR).zip(dst.chunks_exact_mut(kc * MR)) {
-            let h = MR.min(mc - ip);
-            let i = ic + ip;
-            if rs == 1 && h == MR {
-                for (p, col) in panel.chunks_exact_mut(MR).enumerate() {
-                    let src = (pc + p) * cs + i;
-                    col.copy_from_slice(&a[src..src + MR]);
-                }
+    impl Lanes for __m512 {
+        const LANES: usize = 16;
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            _mm512_setzero_ps()
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            _mm512_loadu_ps(p)
+        }
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> Self {
+            _mm512_set1_ps(*p)
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            _mm512_storeu_ps(p, self)
+        }
+        #[inline(always)]
+        unsafe fn mul_add<const STRICT: bool>(self, a: Self, b: Self) -> Self {
+            if STRICT {
+                _mm512_add_ps(self, _mm512_mul_ps(a, b))
             } else {
-                for ii in 0..MR {
-                    if ii < h {
-                        let base = (i + ii) * rs;
-                        for p in 0..kc {
-                            panel[p * MR + ii] = a[base + (pc + p) * cs];
-                        }
-                    } else {
-                        for p in 0..kc {
-                            panel[p * MR + ii] = 0.0;
-                        }
-                    }
-                }
+                _mm512_fmadd_ps(a, b, self)
             }
+        }
+        #[inline(always)]
+        unsafe fn canon_nan(self) -> Self {
+            let qnan = _mm512_castsi512_ps(_mm512_set1_epi32(nx::CANONICAL_NAN as i32));
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(self, self), self, qnan)
         }
     }
 
-    /// One MR×NR tile; partial tiles go through a full-size scratch tile.
+    /// A microkernel shape and its entry point.
+    pub(super) trait Micro {
+        /// Tile rows (broadcast A values per k step).
+        const MR: usize;
+        /// Tile columns (whole vectors of B per k step).
+        const NR: usize;
+        /// One MR×NR tile (see [`tile`]).
+        ///
+        /// # Safety
+        /// As [`tile`], and the CPU must have the kernel's instruction set.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn tile(
+            strict: bool,
+            kc: usize,
+            ap: *const f32,
+            bp: *const f32,
+            cp: *mut f32,
+            ldc: usize,
+            rows: usize,
+            cols: usize,
+            first: bool,
+            last: bool,
+        );
+    }
+
+    /// AVX2+FMA: 6×16 (two ymm per row, twelve accumulators).
+    pub(super) struct Avx2;
+    /// AVX-512F: 12×32 (two zmm per row, 24 accumulators of the 32 registers).
+    pub(super) struct Avx512;
+
+    impl Micro for Avx2 {
+        const MR: usize = MR;
+        const NR: usize = NR;
+        unsafe fn tile(
+            strict: bool,
+            kc: usize,
+            ap: *const f32,
+            bp: *const f32,
+            cp: *mut f32,
+            ldc: usize,
+            rows: usize,
+            cols: usize,
+            first: bool,
+            last: bool,
+        ) {
+            // SAFETY: forwarded; the caller checked AVX2+FMA.
+            tile_avx2(strict, kc, ap, bp, cp, ldc, rows, cols, first, last)
+        }
+    }
+    impl Micro for Avx512 {
+        const MR: usize = 12;
+        const NR: usize = 32;
+        unsafe fn tile(
+            strict: bool,
+            kc: usize,
+            ap: *const f32,
+            bp: *const f32,
+            cp: *mut f32,
+            ldc: usize,
+            rows: usize,
+            cols: usize,
+            first: bool,
+            last: bool,
+        ) {
+            // SAFETY: forwarded; the caller checked AVX-512F/BW/DQ/VL.
+            tile_avx512(strict, kc, ap, bp, cp, ldc, rows, cols, first, last)
+        }
+    }
+
+    /// [`tile`] compiled for AVX2+FMA.
     ///
     /// # Safety
-    /// AVX2+FMA; `ap`/`bp` hold kc·MR / kc·NR floats; `cp` addresses a rows×cols tile with
-    /// row stride `ldc` that only this call touches.
+    /// As [`tile`]; the CPU must support AVX2 and FMA.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile(
+    unsafe fn tile_avx2(
         strict: bool,
         kc: usize,
         ap: *const f32,
@@ -356,41 +410,207 @@ mod avx2 {
         first: bool,
         last: bool,
     ) {
-        if rows == MR && cols == NR {
-            if strict {
-                kernel::<true>(kc, ap, bp, cp, ldc, first, last);
-            } else {
-                kernel::<false>(kc, ap, bp, cp, ldc, first, last);
+        tile::<__m256, { MR }, 2>(strict, kc, ap, bp, cp, ldc, rows, cols, first, last)
+    }
+
+    /// [`tile`] compiled for AVX-512.
+    ///
+    /// # Safety
+    /// As [`tile`]; the CPU must support AVX-512F/BW/DQ/VL.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+    unsafe fn tile_avx512(
+        strict: bool,
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        cp: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        first: bool,
+        last: bool,
+    ) {
+        tile::<__m512, 12, 2>(strict, kc, ap, bp, cp, ldc, rows, cols, first, last)
+    }
+
+    /// The blocked algorithm on one output rectangle with microkernel `K`.
+    ///
+    /// # Safety
+    /// The CPU must support `K`'s instruction set; `out` must point to the live m×n output
+    /// with `r` inside it and written by no one else meanwhile.
+    pub(super) unsafe fn gemm_rect<K: Micro>(strict: bool, ops: &Operands, r: Rect, out: OutPtr) {
+        PACK.with(|bufs| {
+            // A re-entrant call on this thread (not expected) would find the buffers taken
+            // and use fresh ones instead of panicking.
+            match bufs.try_borrow_mut() {
+                Ok(mut b) => {
+                    let (bb, ab) = &mut *b;
+                    gemm_rect_with::<K>(strict, ops, r, out, bb, ab)
+                }
+                Err(_) => gemm_rect_with::<K>(strict, ops, r, out, &mut Vec::new(), &mut Vec::new()),
             }
-            return;
-        }
-        let mut t = [0.0f32; MR * NR];
-        if !first {
-            for r in 0..rows {
-                std::ptr::copy_nonoverlapping(cp.add(r * ldc), t.as_mut_ptr().add(r * NR), cols);
+        })
+    }
+
+    /// [`gemm_rect`] with the packing buffers given.
+    ///
+    /// # Safety
+    /// As for [`gemm_rect`].
+    unsafe fn gemm_rect_with<K: Micro>(
+        strict: bool,
+        ops: &Operands,
+        r: Rect,
+        out: OutPtr,
+        bbuf: &mut Vec<f32>,
+        abuf: &mut Vec<f32>,
+    ) {
+        let (mr, nr) = (K::MR, K::NR);
+        let k = ops.k;
+        let nc_max = NC.min((r.j1 - r.j0).next_multiple_of(nr));
+        let mc_max = MC.next_multiple_of(mr).min((r.i1 - r.i0).next_multiple_of(mr));
+        let kc_max = KC.min(k);
+        let bpack = aligned(bbuf, kc_max * nc_max);
+        let apack = aligned(abuf, kc_max * mc_max);
+        for jc in (r.j0..r.j1).step_by(NC) {
+            let nc = NC.min(r.j1 - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let (first, last) = (pc == 0, pc + kc == k);
+                pack_b(ops, nr, pc, kc, jc, nc, bpack);
+                for ic in (r.i0..r.i1).step_by(mc_max) {
+                    let mc = mc_max.min(r.i1 - ic);
+                    pack_a(ops, mr, ic, mc, pc, kc, apack);
+                    for jr in (0..nc).step_by(nr) {
+                        let bp = bpack[jr * kc..].as_ptr();
+                        let cols = nr.min(nc - jr);
+                        for ir in (0..mc).step_by(mr) {
+                            let ap = apack[ir * kc..].as_ptr();
+                            let rows = mr.min(mc - ir);
+                            let cp = out.ptr.add((ic + ir) * out.n + jc + jr);
+                            // SAFETY: the panels hold kc·MR and kc·NR floats at `ap` and `bp`;
+                            // the tile (rows×cols at `cp`, row stride n) is inside `r`; the
+                            // caller checked the instruction set.
+                            K::tile(strict, kc, ap, bp, cp, out.n, rows, cols, first, last);
+                        }
+                    }
+                }
             }
-        }
-        if strict {
-            kernel::<true>(kc, ap, bp, t.as_mut_ptr(), NR, first, last);
-        } else {
-            kernel::<false>(kc, ap, bp, t.as_mut_ptr(), NR, first, last);
-        }
-        for r in 0..rows {
-            std::ptr::copy_nonoverlapping(t.as_ptr().add(r * NR), cp.add(r * ldc), cols);
         }
     }
 
-    /// The 6×16 microkernel: C[6×16] (+)= Apanel[kc×6]ᵀ · Bpanel[kc×16].
-    ///
-    /// `first`: start from +0 instead of loading C. `last` (strict): canonicalize NaN on store.
-    /// STRICT uses `vmulps` + `vaddps`; otherwise `vfmadd231ps`.
+    /// Packs B(pc.., jc..) (kc×nc) into `nr`-wide panels, each kc×nr row-major, zero-padded.
+    fn pack_b(ops: &Operands, nr: usize, pc: usize, kc: usize, jc: usize, nc: usize, dst: &mut [f32]) {
+        let (b, rs, cs) = (ops.b, ops.b_rs, ops.b_cs);
+        for (jp, panel) in (0..nc).step_by(nr).zip(dst.chunks_exact_mut(kc * nr)) {
+            let w = nr.min(nc - jp);
+            let j = jc + jp;
+            if cs == 1 {
+                for (p, row) in panel.chunks_exact_mut(nr).enumerate() {
+                    let src = (pc + p) * rs + j;
+                    row[..w].copy_from_slice(&b[src..src + w]);
+                    row[w..].fill(0.0);
+                }
+            } else {
+                for jj in 0..nr {
+                    if jj < w {
+                        let base = (j + jj) * cs;
+                        for p in 0..kc {
+                            panel[p * nr + jj] = b[base + (pc + p) * rs];
+                        }
+                    } else {
+                        for p in 0..kc {
+                            panel[p * nr + jj] = 0.0;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Packs A(ic.., pc..) (mc×kc) into `mr`-tall panels, each kc×mr (k-major), zero-padded.
+    fn pack_a(ops: &Operands, mr: usize, ic: usize, mc: usize, pc: usize, kc: usize, dst: &mut [f32]) {
+        let (a, rs, cs) = (ops.a, ops.a_rs, ops.a_cs);
+        for (ip, panel) in (0..mc).step_by(mr).zip(dst.chunks_exact_mut(kc * mr)) {
+            let h = mr.min(mc - ip);
+            let i = ic + ip;
+            if rs == 1 && h == mr {
+                for (p, col) in panel.chunks_exact_mut(mr).enumerate() {
+                    let src = (pc + p) * cs + i;
+                    col.copy_from_slice(&a[src..src + mr]);
+                }
+            } else {
+                for ii in 0..mr {
+                    if ii < h {
+                        let base = (i + ii) * rs;
+                        for p in 0..kc {
+                            panel[p * mr + ii] = a[base + (pc + p) * cs];
+                        }
+                    } else {
+                        for p in 0..kc {
+                            panel[p * mr + ii] = 0.0;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One MR×(NV·LANES) tile; partial tiles go through a full-size scratch tile.
     ///
     /// # Safety
-    /// AVX2+FMA; `ap`/`bp` hold kc·6 / kc·16 floats; `cp` addresses a full 6×16 tile with row
-    /// stride `ldc`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn kernel<const STRICT: bool>(
+    /// The CPU must have `W`'s instruction set (this is only inlined into the entry points
+    /// that enable it); `ap`/`bp` hold kc·MR / kc·NR floats; `cp` addresses a rows×cols tile
+    /// with row stride `ldc` that only this call touches.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn tile<W: Lanes, const MR_: usize, const NV: usize>(
+        strict: bool,
+        kc: usize,
+        ap: *const f32,
+        bp: *const f32,
+        cp: *mut f32,
+        ldc: usize,
+        rows: usize,
+        cols: usize,
+        first: bool,
+        last: bool,
+    ) {
+        let nr = NV * W::LANES;
+        if rows == MR_ && cols == nr {
+            if strict {
+                kernel::<W, MR_, NV, true>(kc, ap, bp, cp, ldc, first, last);
+            } else {
+                kernel::<W, MR_, NV, false>(kc, ap, bp, cp, ldc, first, last);
+            }
+            return;
+        }
+        debug_assert!(MR_ * nr <= MAX_TILE);
+        let mut t = [0.0f32; MAX_TILE];
+        if !first {
+            for r in 0..rows {
+                std::ptr::copy_nonoverlapping(cp.add(r * ldc), t.as_mut_ptr().add(r * nr), cols);
+            }
+        }
+        if strict {
+            kernel::<W, MR_, NV, true>(kc, ap, bp, t.as_mut_ptr(), nr, first, last);
+        } else {
+            kernel::<W, MR_, NV, false>(kc, ap, bp, t.as_mut_ptr(), nr, first, last);
+        }
+        for r in 0..rows {
+            std::ptr::copy_nonoverlapping(t.as_ptr().add(r * nr), cp.add(r * ldc), cols);
+        }
+    }
+
+    /// The MR×NR microkernel (NR = NV vectors): C[MR×NR] (+)= Apanel[kc×MR]ᵀ · Bpanel[kc×NR].
+    ///
+    /// `first`: start from +0 instead of loading C. `last` (strict): canonicalize NaN on store.
+    /// STRICT multiplies then adds (two roundings, the reference's); otherwise one FMA.
+    ///
+    /// # Safety
+    /// As [`tile`]; `cp` addresses a full MR×NR tile with row stride `ldc`.
+    #[inline(always)]
+    unsafe fn kernel<W: Lanes, const MR_: usize, const NV: usize, const STRICT: bool>(
         kc: usize,
         ap: *const f32,
         bp: *const f32,
@@ -399,60 +619,63 @@ mod avx2 {
         first: bool,
         last: bool,
     ) {
-        for r in 0..MR {
+        let nr = NV * W::LANES;
+        for r in 0..MR_ {
             _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc) as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc + NR - 1) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc + nr - 1) as *const i8);
         }
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let mut acc = [[W::zero(); NV]; MR_];
         if !first {
             for (r, row) in acc.iter_mut().enumerate() {
-                row[0] = _mm256_loadu_ps(cp.add(r * ldc));
-                row[1] = _mm256_loadu_ps(cp.add(r * ldc + 8));
+                for (v, a) in row.iter_mut().enumerate() {
+                    *a = W::load(cp.add(r * ldc + v * W::LANES));
+                }
             }
         }
-        // One k step: two B vectors, six A broadcasts, twelve chains advanced by one product.
+        // One k step: NV B vectors, MR A broadcasts, MR·NV chains advanced by one product.
         #[inline(always)]
-        unsafe fn step<const STRICT: bool>(acc: &mut [[__m256; 2]; MR], ap: *const f32, bp: *const f32) {
-            let b0 = _mm256_load_ps(bp);
-            let b1 = _mm256_load_ps(bp.add(8));
+        unsafe fn step<W: Lanes, const MR_: usize, const NV: usize, const STRICT: bool>(
+            acc: &mut [[W; NV]; MR_],
+            ap: *const f32,
+            bp: *const f32,
+        ) {
+            let mut b = [W::zero(); NV];
+            for (v, bv) in b.iter_mut().enumerate() {
+                *bv = W::load(bp.add(v * W::LANES));
+            }
             for (r, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*ap.add(r));
-                if STRICT {
-                    row[0] = _mm256_add_ps(row[0], _mm256_mul_ps(av, b0));
-                    row[1] = _mm256_add_ps(row[1], _mm256_mul_ps(av, b1));
-                } else {
-                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+                let av = W::splat(ap.add(r));
+                for (a, &bv) in row.iter_mut().zip(&b) {
+                    *a = a.mul_add::<STRICT>(av, bv);
                 }
             }
         }
         let (mut ap, mut bp) = (ap, bp);
         // Unrolled by 4 (the steps still run in ascending k, each chain in order).
         for _ in 0..kc / 4 {
-            _mm_prefetch::<_MM_HINT_T0>(ap.add(4 * MR + 64) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(ap.add(4 * MR_ + 64) as *const i8);
             for u in 0..4 {
-                step::<STRICT>(&mut acc, ap.add(u * MR), bp.add(u * NR));
+                step::<W, MR_, NV, STRICT>(&mut acc, ap.add(u * MR_), bp.add(u * nr));
             }
-            ap = ap.add(4 * MR);
-            bp = bp.add(4 * NR);
+            ap = ap.add(4 * MR_);
+            bp = bp.add(4 * nr);
         }
         for _ in 0..kc % 4 {
-            step::<STRICT>(&mut acc, ap, bp);
-            ap = ap.add(MR);
-            bp = bp.add(NR);
+            step::<W, MR_, NV, STRICT>(&mut acc, ap, bp);
+            ap = ap.add(MR_);
+            bp = bp.add(nr);
         }
         if STRICT && last {
-            let qnan = _mm256_castsi256_ps(_mm256_set1_epi32(nx::CANONICAL_NAN as i32));
             for row in acc.iter_mut() {
                 for v in row.iter_mut() {
-                    let is_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(*v, *v);
-                    *v = _mm256_blendv_ps(*v, qnan, is_nan);
+                    *v = v.canon_nan();
                 }
             }
         }
         for (r, row) in acc.iter().enumerate() {
-            _mm256_storeu_ps(cp.add(r * ldc), row[0]);
-            _mm256_storeu_ps(cp.add(r * ldc + 8), row[1]);
+            for (v, a) in row.iter().enumerate() {
+                a.store(cp.add(r * ldc + v * W::LANES));
+            }
         }
     }
 }

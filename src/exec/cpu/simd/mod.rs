@@ -51,6 +51,16 @@ fn fast(ctx: &Ctx) -> bool {
     ctx.tier == Tier::Fast
 }
 
+/// Below one vector of output, the reference runs instead of the vector code: it gives the
+/// same bits (the strict tier, and the ops whose vector code is the same in both tiers) and
+/// skips the chunking and dispatch, which dominate on tiny tensors (interpreter overhead).
+const TINY: usize = 8;
+
+/// Whether an elementwise call of `n` outputs may take the reference instead (see [`TINY`]).
+fn tiny(ctx: &Ctx, n: usize, tier_free: bool) -> bool {
+    n < TINY && (ctx.tier == Tier::Strict || tier_free)
+}
+
 /// Runs `f(first_element, chunk)` over `out` split into chunks of whole units (`unit` elements
 /// each, `unit_work` work each), on the pool when there is enough work, inline otherwise. Each
 /// chunk runs inside an [`FtzGuard`]. `align` rounds the units per chunk up to a multiple.
@@ -94,7 +104,7 @@ fn unary_cost(op: Unary) -> usize {
 
 /// `out = op(a)` elementwise (see [`reference::unary`]).
 pub fn unary(ctx: &Ctx, op: Unary, a: &[f32], out: &mut [f32]) {
-    if !use_avx2(ctx) {
+    if !use_avx2(ctx) || tiny(ctx, out.len(), matches!(op, Unary::Neg | Unary::Abs | Unary::Relu)) {
         return reference::unary(op, a, out);
     }
     #[cfg(target_arch = "x86_64")]
@@ -110,7 +120,7 @@ pub fn unary(ctx: &Ctx, op: Unary, a: &[f32], out: &mut [f32]) {
 
 /// `out = op(a, s)` for a scalar immediate (see [`reference::binary_scalar`]).
 pub fn binary_scalar(ctx: &Ctx, op: Binary, a: &[f32], s: f32, out: &mut [f32]) {
-    if !use_avx2(ctx) {
+    if !use_avx2(ctx) || tiny(ctx, out.len(), op != Binary::Div) {
         return reference::binary_scalar(op, a, s, out);
     }
     #[cfg(target_arch = "x86_64")]
@@ -182,6 +192,18 @@ pub fn binary(
         let total: usize = out_shape.iter().product();
         if total == 0 {
             return;
+        }
+        if tiny(ctx, total, op != Binary::Div) {
+            // Each operand is the output's shape or a single value (else the general walk).
+            let (na, nb) = (a_shape.iter().product::<usize>(), b_shape.iter().product::<usize>());
+            if (na == total || na == 1) && (nb == total || nb == 1) {
+                let (sa, sb) = (usize::from(na != 1), usize::from(nb != 1));
+                for (i, o) in out[..total].iter_mut().enumerate() {
+                    *o = op.apply(a[i * sa], b[i * sb]);
+                }
+                return;
+            }
+            return reference::binary(op, a, a_shape, b, b_shape, out, out_shape);
         }
         let sides = (side(a_shape, out_shape), side(b_shape, out_shape));
         if let (Some(sa), Some(sb)) = sides {
