@@ -229,7 +229,7 @@ proptest! {
             // An attention mask: 0 or -inf (whole rows of -inf give NaN, as the formula says).
             let len = mvals.len();
             for (i, v) in mvals.iter_mut().enumerate() {
-                *v = if mix(u64::from(seed) ^ i as u64) % 3 == 0 || i + 1 == len { f32::NEG_INFINITY } else { 0.0 };
+                *v = if mix(u64::from(seed) ^ i as u64).is_multiple_of(3) || i + 1 == len { f32::NEG_INFINITY } else { 0.0 };
             }
         }
         let mask = has_mask.then_some((mvals.as_slice(), mshape.as_slice()));
@@ -426,9 +426,23 @@ fn longest_rows() {
     let msg = |r: Result<(), VulkanError>| r.unwrap_err().to_string();
     let t1 = Tuning { threads_per_row: Some(1), max_groups_x: None };
     let e = msg(rows::reduce_with(k, &mut rec, Reduce::Sum, &one, &sx, &[n], 0, &t1));
-    assert!(e.starts_with("invalid Vulkan dispatch: 1 threads per row of 16777216 elements would run about "), "{e}");
-    assert!(e.ends_with(" loop iterations per thread; lavapipe stops at 65535 (use more threads per row)"), "{e}");
-    let e = msg(rows::reduce(k, &mut rec, Reduce::Sum, &one, &ex.alloc(4 * (n as u64 + 1)).unwrap(), &[n + 1], 0));
+    assert!(
+        e.starts_with("invalid Vulkan dispatch: 1 threads per row of 16777216 elements would run about "),
+        "{e}"
+    );
+    assert!(
+        e.ends_with(" loop iterations per thread; lavapipe stops at 65535 (use more threads per row)"),
+        "{e}"
+    );
+    let e = msg(rows::reduce(
+        k,
+        &mut rec,
+        Reduce::Sum,
+        &one,
+        &ex.alloc(4 * (n as u64 + 1)).unwrap(),
+        &[n + 1],
+        0,
+    ));
     assert_eq!(e, "invalid Vulkan dispatch: reduce: rows of 16777217 elements; at most 2^24");
     assert!(!rec.has_work());
 }

@@ -65,8 +65,13 @@ impl Buffer {
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;
-        let main =
-            Raw::new(dev, size, usage, vk_mem::MemoryUsage::AutoPreferDevice, vk_mem::AllocationCreateFlags::empty())?;
+        let main = Raw::new(
+            dev,
+            size,
+            usage,
+            vk_mem::MemoryUsage::AutoPreferDevice,
+            vk_mem::AllocationCreateFlags::empty(),
+        )?;
         Ok(Buffer { dev: dev.clone(), size, main })
     }
 
@@ -84,7 +89,7 @@ impl Buffer {
     /// rounded up to whole 4-byte words (at least one), which must lie inside the buffer.
     pub fn slice(self: &Arc<Self>, offset: u64, len: u64) -> Result<Slice, VulkanError> {
         let words = len.div_ceil(4).max(1) * 4;
-        if offset % 256 != 0 || offset.checked_add(words).is_none_or(|end| end > self.size) {
+        if !offset.is_multiple_of(256) || offset.checked_add(words).is_none_or(|end| end > self.size) {
             return Err(VulkanError::Invalid(format!(
                 "bytes {offset}..{} of a buffer of {} (offsets must be multiples of 256)",
                 offset.saturating_add(words),
@@ -98,7 +103,6 @@ impl Buffer {
     pub fn whole(self: &Arc<Self>) -> Slice {
         Slice { buf: self.clone(), offset: 0, len: self.size }
     }
-
 }
 
 /// A byte range of a [`Buffer`]; holds the buffer alive until the work using it has finished.
@@ -171,7 +175,9 @@ impl HostBuffer {
         debug_assert!(offset + bytes.len() as u64 <= self.size);
         // SAFETY: the mapping holds `size` bytes and the range lies inside it (the staging ring
         // hands out ranges within its chunks); no GPU work reads this range before the submit.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.raw.mapped.add(offset as usize), bytes.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.raw.mapped.add(offset as usize), bytes.len())
+        };
         self.dev
             .allocator
             .flush_allocation(&self.raw.alloc, offset, bytes.len() as u64)
@@ -186,7 +192,9 @@ impl HostBuffer {
             .invalidate_allocation(&self.raw.alloc, offset, out.len() as u64)
             .map_err(check("vmaInvalidateAllocation"))?;
         // SAFETY: as in write; the fence of the copy into this range has signalled.
-        unsafe { std::ptr::copy_nonoverlapping(self.raw.mapped.add(offset as usize), out.as_mut_ptr(), out.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.raw.mapped.add(offset as usize), out.as_mut_ptr(), out.len())
+        };
         Ok(())
     }
 }

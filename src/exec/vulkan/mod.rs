@@ -8,10 +8,10 @@ mod buffer;
 mod device;
 mod error;
 mod kernels;
+pub mod ops;
 mod pipeline;
 mod reflect;
 mod stream;
-pub mod ops;
 
 use std::sync::Arc;
 
@@ -99,7 +99,11 @@ impl VulkanExec {
     /// out = op(a, b) elementwise over equal shapes, strict tier.
     pub fn binary(&self, op: Binary, a: &[f32], b: &[f32]) -> Result<Vec<f32>, VulkanError> {
         if a.len() != b.len() {
-            return Err(VulkanError::Invalid(format!("binary operands of {} and {} elements", a.len(), b.len())));
+            return Err(VulkanError::Invalid(format!(
+                "binary operands of {} and {} elements",
+                a.len(),
+                b.len()
+            )));
         }
         self.binary_broadcast(op, a, &[a.len()], b, &[b.len()], &[a.len()])
     }
@@ -143,11 +147,18 @@ impl VulkanExec {
 
     /// One dispatch of an elementwise kernel: output at binding 0, inputs at 1..; push
     /// constants {n, op, scalar bits}.
-    fn elementwise(&self, name: &'static str, inputs: &[&[f32]], n: usize, push: [u32; 2]) -> Result<Vec<f32>, VulkanError> {
+    fn elementwise(
+        &self,
+        name: &'static str,
+        inputs: &[&[f32]],
+        n: usize,
+        push: [u32; 2],
+    ) -> Result<Vec<f32>, VulkanError> {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let n32 = u32::try_from(n).map_err(|_| VulkanError::Invalid(format!("{n} elements exceed a u32 count")))?;
+        let n32 =
+            u32::try_from(n).map_err(|_| VulkanError::Invalid(format!("{n} elements exceed a u32 count")))?;
         let kernel = self.kernels.get(name)?;
         let mut rec = Recorder::new(&self.dev)?;
         let out = self.alloc(n as u64 * 4)?;
@@ -155,9 +166,13 @@ impl VulkanExec {
         for x in inputs {
             bindings.push(Binding::read(&self.upload(&mut rec, bytemuck::cast_slice(x))?));
         }
-        rec.dispatch(&kernel, &bindings, &[n32, push[0], push[1]], groups_for(&self.dev, n as u64, LOCAL_SIZE))?;
+        rec.dispatch(
+            &kernel,
+            &bindings,
+            &[n32, push[0], push[1]],
+            groups_for(&self.dev, n as u64, LOCAL_SIZE),
+        )?;
         let bytes = self.fetch(&mut rec, &out)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 }
-

@@ -169,7 +169,8 @@ impl Recorder {
         // SAFETY: pool is live and owned here.
         r.cmd = unsafe { d.allocate_command_buffers(&ainfo) }.map_err(check("vkAllocateCommandBuffers"))?[0];
         // SAFETY: plain object creation.
-        r.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(check("vkCreateFence"))?;
+        r.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
+            .map_err(check("vkCreateFence"))?;
         let sizes = [vk::DescriptorPoolSize {
             ty: vk::DescriptorType::STORAGE_BUFFER,
             descriptor_count: BATCH_DISPATCHES * MAX_BINDINGS,
@@ -198,7 +199,9 @@ impl Recorder {
 
     fn check_usable(&self) -> Result<(), VulkanError> {
         match &self.poisoned {
-            Some(why) => Err(VulkanError::Invalid(format!("the GPU stream failed earlier ({why}); start a new run"))),
+            Some(why) => {
+                Err(VulkanError::Invalid(format!("the GPU stream failed earlier ({why}); start a new run")))
+            }
             None => Ok(()),
         }
     }
@@ -206,7 +209,8 @@ impl Recorder {
     fn begin(&mut self) -> Result<(), VulkanError> {
         self.check_usable()?;
         if !self.recording {
-            let info = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+            let info =
+                vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
             // SAFETY: cmd is in the initial state (fresh, or its pool was reset after the fence).
             unsafe { self.dev.raw().begin_command_buffer(self.cmd, &info) }
                 .map_err(check("vkBeginCommandBuffer"))?;
@@ -218,9 +222,9 @@ impl Recorder {
     /// Records a barrier first if any of `accesses` depends on an access since the last one.
     fn order(&mut self, accesses: &[Access]) {
         let conflict = accesses.iter().any(|a| {
-            self.pending.iter().any(|p| {
-                p.buffer == a.buffer && p.start < a.end && a.start < p.end && (p.write || a.write)
-            })
+            self.pending
+                .iter()
+                .any(|p| p.buffer == a.buffer && p.start < a.end && a.start < p.end && (p.write || a.write))
         });
         if conflict {
             let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
@@ -234,7 +238,15 @@ impl Recorder {
                 )];
             // SAFETY: cmd is recording (callers call begin first).
             unsafe {
-                self.dev.raw().cmd_pipeline_barrier(self.cmd, stages, stages, vk::DependencyFlags::empty(), &mb, &[], &[])
+                self.dev.raw().cmd_pipeline_barrier(
+                    self.cmd,
+                    stages,
+                    stages,
+                    vk::DependencyFlags::empty(),
+                    &mb,
+                    &[],
+                    &[],
+                )
             };
             self.barriers += 1;
             self.pending.clear();
@@ -277,14 +289,20 @@ impl Recorder {
         let dev = self.dev.clone();
         let d = dev.raw();
         let layouts = [kernel.set_layout];
-        let ainfo = vk::DescriptorSetAllocateInfo::default().descriptor_pool(self.descriptors).set_layouts(&layouts);
+        let ainfo =
+            vk::DescriptorSetAllocateInfo::default().descriptor_pool(self.descriptors).set_layouts(&layouts);
         // SAFETY: the pool has room (at most BATCH_DISPATCHES sets of MAX_BINDINGS each per batch).
-        let set = unsafe { d.allocate_descriptor_sets(&ainfo) }.map_err(check("vkAllocateDescriptorSets"))?[0];
+        let set =
+            unsafe { d.allocate_descriptor_sets(&ainfo) }.map_err(check("vkAllocateDescriptorSets"))?[0];
         self.sets += 1;
         let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bindings
             .iter()
             .map(|b| {
-                [vk::DescriptorBufferInfo { buffer: b.slice.buf.handle(), offset: b.slice.offset, range: b.slice.range() }]
+                [vk::DescriptorBufferInfo {
+                    buffer: b.slice.buf.handle(),
+                    offset: b.slice.offset,
+                    range: b.slice.range(),
+                }]
             })
             .collect();
         let writes: Vec<vk::WriteDescriptorSet> = infos
@@ -312,7 +330,14 @@ impl Recorder {
         // kernel is held below).
         unsafe {
             d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, kernel.pipeline);
-            d.cmd_bind_descriptor_sets(self.cmd, vk::PipelineBindPoint::COMPUTE, kernel.layout, 0, &[set], &[]);
+            d.cmd_bind_descriptor_sets(
+                self.cmd,
+                vk::PipelineBindPoint::COMPUTE,
+                kernel.layout,
+                0,
+                &[set],
+                &[],
+            );
             if !push.is_empty() {
                 d.cmd_push_constants(
                     self.cmd,
@@ -335,7 +360,11 @@ impl Recorder {
     /// Records a copy of `bytes` into `dst` (staged; ordered after earlier commands).
     pub fn upload(&mut self, dst: &Slice, bytes: &[u8]) -> Result<(), VulkanError> {
         if bytes.len() as u64 != dst.len {
-            return Err(VulkanError::Invalid(format!("{} bytes uploaded into a slice of {}", bytes.len(), dst.len)));
+            return Err(VulkanError::Invalid(format!(
+                "{} bytes uploaded into a slice of {}",
+                bytes.len(),
+                dst.len
+            )));
         }
         if bytes.is_empty() {
             return Ok(());
@@ -348,7 +377,9 @@ impl Recorder {
         let region = [vk::BufferCopy { src_offset: off, dst_offset: dst.offset, size: dst.len }];
         // SAFETY: cmd is recording; both buffers are live until the fence (dst is held, the
         // staging chunk is reset only after a flush).
-        unsafe { self.dev.raw().cmd_copy_buffer(self.cmd, self.uploads.chunks[chunk].handle(), buffer, &region) };
+        unsafe {
+            self.dev.raw().cmd_copy_buffer(self.cmd, self.uploads.chunks[chunk].handle(), buffer, &region)
+        };
         self.held.push(dst.clone());
         self.commands += 1;
         Ok(())
@@ -391,7 +422,9 @@ impl Recorder {
         self.order(&[Access { buffer, start, end: start + src.len, write: false }]);
         let region = [vk::BufferCopy { src_offset: src.offset, dst_offset: off, size: src.len }];
         // SAFETY: cmd is recording; src is held until the fence, the chunk until clear_downloads.
-        unsafe { self.dev.raw().cmd_copy_buffer(self.cmd, buffer, self.downloads.chunks[chunk].handle(), &region) };
+        unsafe {
+            self.dev.raw().cmd_copy_buffer(self.cmd, buffer, self.downloads.chunks[chunk].handle(), &region)
+        };
         self.held.push(src.clone());
         self.has_downloads = true;
         self.commands += 1;
@@ -400,8 +433,14 @@ impl Recorder {
 
     /// The bytes of a download whose batch has been flushed.
     pub fn read(&self, d: &Download, out: &mut [u8]) -> Result<(), VulkanError> {
-        if d.generation != self.generation || out.len() as u64 != d.len || (self.recording && self.has_downloads) {
-            return Err(VulkanError::Invalid("a download read before its flush, after clear_downloads, or into a buffer of another size".into()));
+        if d.generation != self.generation
+            || out.len() as u64 != d.len
+            || (self.recording && self.has_downloads)
+        {
+            return Err(VulkanError::Invalid(
+                "a download read before its flush, after clear_downloads, or into a buffer of another size"
+                    .into(),
+            ));
         }
         if d.len == 0 {
             return Ok(());
@@ -509,6 +548,7 @@ impl Drop for Recorder {
 
 /// `ADEADVM_GPU_TIMEOUT` seconds, default 600.
 fn gpu_timeout() -> Duration {
-    let secs = std::env::var("ADEADVM_GPU_TIMEOUT").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(600);
+    let secs =
+        std::env::var("ADEADVM_GPU_TIMEOUT").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(600);
     Duration::from_secs(secs.max(1))
 }

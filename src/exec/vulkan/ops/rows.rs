@@ -117,7 +117,9 @@ fn grid(rec: &Recorder, tuning: &Tuning, groups: u64) -> Result<[u32; 3], Vulkan
     let y = rest.clamp(1, lim[1]);
     let z = rest.div_ceil(y).max(1);
     if z > lim[2] {
-        return Err(invalid(format!("{groups} workgroups do not fit a grid of {lim:?} (at most {x} along x)")));
+        return Err(invalid(format!(
+            "{groups} workgroups do not fit a grid of {lim:?} (at most {x} along x)"
+        )));
     }
     Ok([x as u32, y as u32, z as u32])
 }
