@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use adeadvm::exec::cpu::SimdLevel;
@@ -44,19 +43,6 @@ fn assert_same_everywhere(what: &str, program: &Arc<VerifiedProgram>, inputs: &[
     }
 }
 
-fn program_file(name: &str) -> Arc<VerifiedProgram> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
-    let text = std::fs::read_to_string(dir.join(name)).unwrap();
-    let options = adeadvm::asm::AsmOptions { defines: Vec::new(), base_dir: dir };
-    let p = adeadvm::asm::assemble(&text, name, &options).unwrap_or_else(|e| panic!("{e}"));
-    Arc::new(adeadvm::verify::verify(adeadvm::format::Program::from_bytes(p.to_bytes()).unwrap()).unwrap())
-}
-
-fn data(name: &str) -> HostTensor {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/data").join(name);
-    adeadvm::npy::read(&path, None).unwrap()
-}
-
 #[test]
 fn example_programs_give_the_same_bits_on_every_cpu_configuration() {
     assert_same_everywhere("mlp.s", &program_file("mlp.s"), &[("x", data("mlp_x.npy"))]);
@@ -76,21 +62,7 @@ fn every_kernel_gives_the_same_bits_on_every_cpu_configuration() {
     let (r, c) = (37, 301);
     let mut rng = Rng(99);
     let mut x = rng.vec(r * c, -30.0, 30.0);
-    let specials = [
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        1e-40,
-        -1e-39,
-        3e38,
-        -3e38,
-        1e-30,
-        88.7,
-        -87.4,
-    ];
-    for (i, v) in specials.iter().enumerate() {
+    for (i, v) in SPECIALS.iter().enumerate() {
         x[i * 97 % (r * c)] = *v;
     }
     let w = rng.vec(c * 19, -1.0, 1.0);

@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -68,21 +67,7 @@ fn same_bits(
 /// x with special values planted: ±0, ±inf, NaN, denormals, huge and tiny.
 fn awkward(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
     let mut v = Rng(seed).vec(n, lo, hi);
-    let specials = [
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        1e-40,
-        -1e-39,
-        3e38,
-        -3e38,
-        1e-30,
-        88.7,
-        -87.4,
-    ];
-    for (i, s) in specials.iter().enumerate() {
+    for (i, s) in SPECIALS.iter().enumerate() {
         v[(i * 97 + 5) % n] = *s;
     }
     v
@@ -368,18 +353,6 @@ done:
 
 fn opcodes(p: &VerifiedProgram) -> BTreeSet<Opcode> {
     p.instructions().iter().map(|i| i.insn.opcode()).collect()
-}
-
-fn program_file(name: &str) -> Arc<VerifiedProgram> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
-    let text = std::fs::read_to_string(dir.join(name)).unwrap();
-    let options = adeadvm::asm::AsmOptions { defines: Vec::new(), base_dir: dir };
-    let p = adeadvm::asm::assemble(&text, name, &options).unwrap_or_else(|e| panic!("{e}"));
-    Arc::new(adeadvm::verify::verify(adeadvm::format::Program::from_bytes(p.to_bytes()).unwrap()).unwrap())
-}
-
-fn data(name: &str) -> HostTensor {
-    adeadvm::npy::read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/data").join(name), None).unwrap()
 }
 
 fn mixed_inputs() -> Vec<(&'static str, HostTensor)> {

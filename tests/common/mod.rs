@@ -190,3 +190,22 @@ pub fn minilm_tiny_defines(program: &std::path::Path, dir: &std::path::Path) -> 
     }
     d
 }
+
+/// Values kernels get wrong first: ±0, ±inf, NaN, denormals, huge and tiny, exp's limits.
+pub const SPECIALS: [f32; 12] =
+    [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, -1e-39, 3e38, -3e38, 1e-30, 88.7, -87.4];
+
+/// A program of programs/, assembled (relative paths from there) and verified.
+pub fn program_file(name: &str) -> Arc<VerifiedProgram> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    let options = AsmOptions { defines: Vec::new(), base_dir: dir };
+    let p = assemble(&text, name, &options).unwrap_or_else(|e| panic!("{e}"));
+    Arc::new(verify(Program::from_bytes(p.to_bytes()).unwrap()).unwrap())
+}
+
+/// An example input of programs/data.
+pub fn data(name: &str) -> HostTensor {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/data").join(name);
+    adeadvm::npy::read(&path, None).unwrap()
+}
