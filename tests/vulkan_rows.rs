@@ -303,6 +303,12 @@ proptest! {
         let axis = axis_pick % shape.len();
         let x = values(u64::from(seed), shape.iter().product(), spice);
         let outs: usize = shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).product();
+        // Many threads on many short rows is slow on lavapipe (~0.1 ms a workgroup): keep a
+        // forced choice to at most a few thousand workgroups.
+        let mut tuning = tuning;
+        if tuning.threads_per_row.is_some_and(|t| outs * t as usize > 1 << 20) {
+            tuning.threads_per_row = None;
+        }
         let mut rec = Recorder::new(ex.device()).unwrap();
         let sx = upload(ex, &mut rec, &x);
         for op in [Reduce::Sum, Reduce::Mean, Reduce::Max] {

@@ -73,9 +73,22 @@ float tree_lane(uint op, uint pass, uint n, uint lane) {
 // value(t, T) for thread t of a row shared by T = 1 << tbits threads: lanes t + T*q for
 // q = bitreverse(p) over 8 - tbits bits, p = 0, 1, ...; after leaf p, the trailing one bits of p
 // say how many finished pairs to fold (stack[b] holds a complete subtree of 2^b leaves).
+//
+// Shortcut, same bits: when no lane of the thread but lane t holds elements (t + T >= n, the
+// usual case for rows shorter than 256 with T >= n), the other lanes are all `init`, and the
+// halving folds them into lane t's value x as op(x, init) at least once when R > 1; op(x, init)
+// is idempotent (strict_add(x, +0) turns -0 into +0 and keeps every other canonical x;
+// strict_max(x, -inf) = x) and op(init, init) = init, so the subtree is op(x, init) (x if R = 1).
 float tree_thread(uint op, uint pass, uint n, uint t, uint tbits) {
     uint rbits = 8u - tbits;
     uint lanes = 1u << rbits;
+    if (t + (1u << tbits) >= n) {
+        if (t >= n) {
+            return tree_init(op);
+        }
+        float x = tree_lane(op, pass, n, t);
+        return rbits == 0u ? x : tree_op(op, x, tree_init(op));
+    }
     float stack[9];
     for (uint p = 0u; p < lanes; p++) {
         uint q = rbits == 0u ? 0u : (bitfieldReverse(p) >> (32u - rbits));

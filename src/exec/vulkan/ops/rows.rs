@@ -143,8 +143,9 @@ pub fn loop_iterations(n: u64, tbits: u32, reductions: u64, elem_loops: u64) -> 
 /// trees and `elem_loops` element passes: `tuning.threads_per_row` if given (refused past the
 /// loop budget), else enough threads that every lane holding data has its own thread (rows of
 /// up to 256 elements) but no more, so short rows pack many to a workgroup; a strided row
-/// (`inner > 1` in a reduction) with many outputs gets a thread per output where the budget
-/// allows, so neighbouring threads read neighbouring words.
+/// (`inner > 1` in a reduction) of at least 256 elements with many outputs gets a thread per
+/// output where the budget allows, so neighbouring threads read neighbouring words (shorter
+/// rows would leave most of that thread's 256 lanes empty).
 fn row_tbits(
     tuning: &Tuning,
     rows: u64,
@@ -156,7 +157,7 @@ fn row_tbits(
     let tbits = match tuning.threads_per_row {
         Some(t) if t.is_power_of_two() && t <= 256 => t.trailing_zeros(),
         Some(t) => return Err(invalid(format!("{t} threads per row; a power of two from 1 to 256"))),
-        None if strided && rows >= 4096 && fits(0) => 0,
+        None if strided && rows >= 4096 && n >= 256 && fits(0) => 0,
         None => n.clamp(1, 256).next_power_of_two().trailing_zeros(),
     };
     if !fits(tbits) {
