@@ -245,7 +245,7 @@ fn reflected_interfaces() {
         let i = vulkan::reflect(&words).unwrap();
         // Every kernel: bindings 0..k (dst first, no gaps) and at most 128 push-constant bytes.
         assert_eq!(i.bindings, (0..i.bindings.len() as u32).collect::<Vec<_>>(), "{name}");
-        assert!(i.push_bytes <= 128 && i.push_bytes % 4 == 0, "{name}: {} push bytes", i.push_bytes);
+        assert!(i.push_bytes <= 128 && i.push_bytes.is_multiple_of(4), "{name}: {} push bytes", i.push_bytes);
         if let Some(&(_, b, p)) = known.iter().find(|k| k.0 == *name) {
             assert_eq!((i.bindings.len() as u32, i.push_bytes), (b, p), "{name}");
         }

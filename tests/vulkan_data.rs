@@ -492,7 +492,7 @@ fn cast_source(d: DType, n: usize) -> Vec<u8> {
             DType::I32 => {
                 let v = match i {
                     0..=5 => [i32::MIN, i32::MAX, 0, -1, 16_777_217, -16_777_219][i],
-                    _ if r % 3 == 0 => (r >> 32) as i32 >> (r % 31),
+                    _ if r.is_multiple_of(3) => (r >> 32) as i32 >> (r % 31),
                     _ => (r >> 32) as i32,
                 };
                 out.extend(v.to_le_bytes());
@@ -525,7 +525,7 @@ fn cast_every_pair_matches_the_vm() {
                 let want = outs["y"].bytes().to_vec();
                 // Garbage past the n elements (0x3c00 halves) must not reach the output.
                 let mut padded = src_bytes.clone();
-                while padded.len() % 4 != 0 || padded.len() < src_bytes.len() + 4 {
+                while !padded.len().is_multiple_of(4) || padded.len() < src_bytes.len() + 4 {
                     padded.extend([0x00, 0x3c]);
                 }
                 let words = (n * dd.size()).div_ceil(4);

@@ -245,7 +245,7 @@ proptest! {
             // An attention mask: 0 or -inf (whole rows of -inf give NaN, as the formula says).
             let len = mvals.len();
             for (i, v) in mvals.iter_mut().enumerate() {
-                *v = if mix(u64::from(seed) ^ i as u64) % 3 == 0 || i + 1 == len { f32::NEG_INFINITY } else { 0.0 };
+                *v = if mix(u64::from(seed) ^ i as u64).is_multiple_of(3) || i + 1 == len { f32::NEG_INFINITY } else { 0.0 };
             }
         }
         let mask = has_mask.then_some((mvals.as_slice(), mshape.as_slice()));

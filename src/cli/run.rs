@@ -292,7 +292,7 @@ impl Observer for Progress {
         Wants::default()
     }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
-        if self.enabled && e.step % 64 == 0 {
+        if self.enabled && e.step.is_multiple_of(64) {
             let now = self.start.elapsed();
             if now > Duration::from_secs(1) && now - self.last > Duration::from_millis(250) {
                 self.last = now;

@@ -176,7 +176,7 @@ impl Vm {
             consts.push(match t.kind {
                 TensorKind::Const(ConstData::Bytes { offset, len }) => {
                     let range = offset as usize..(offset + len) as usize;
-                    let aligned = (p.data.as_ptr() as usize + range.start) % t.dtype.size() == 0;
+                    let aligned = (p.data.as_ptr() as usize + range.start).is_multiple_of(t.dtype.size());
                     Some(if aligned {
                         ConstStore::Data(range)
                     } else {

@@ -89,7 +89,7 @@ impl Buffer {
     /// rounded up to whole 4-byte words (at least one), which must lie inside the buffer.
     pub fn slice(self: &Arc<Self>, offset: u64, len: u64) -> Result<Slice, VulkanError> {
         let words = len.div_ceil(4).max(1) * 4;
-        if offset % 256 != 0 || offset.checked_add(words).is_none_or(|end| end > self.size) {
+        if !offset.is_multiple_of(256) || offset.checked_add(words).is_none_or(|end| end > self.size) {
             return Err(VulkanError::Invalid(format!(
                 "bytes {offset}..{} of a buffer of {} (offsets must be multiples of 256)",
                 offset.saturating_add(words),

@@ -20,7 +20,7 @@ pub struct Kernel {
 
 /// SPIR-V bytes (little-endian) as words.
 pub fn spirv_words(bytes: &[u8]) -> Result<Vec<u32>, String> {
-    if bytes.len() % 4 != 0 || bytes.len() < 20 {
+    if !bytes.len().is_multiple_of(4) || bytes.len() < 20 {
         return Err(format!("{} bytes is not a SPIR-V module", bytes.len()));
     }
     let words: Vec<u32> =
