@@ -10,9 +10,9 @@
 mod common;
 
 use adeadvm::exec::cpu::reference::{self, MatmulShape, Reduce};
-use adeadvm::exec::vulkan::ops::rows::{self, Tuning};
+use adeadvm::exec::vulkan::ops::rows::{self, GemmTile, Tuning};
 use adeadvm::exec::vulkan::{self, Recorder, Slice, VulkanError, VulkanExec, SHADERS};
-use adeadvm::isa::Act;
+use adeadvm::isa::{Act, Tier};
 use common::vk::exec;
 use proptest::prelude::*;
 
@@ -117,7 +117,7 @@ fn matmul_case(
     let sbias = bias.as_ref().map(|v| upload(ex, &mut rec, v));
     let dst = ex.alloc(want.len() as u64 * 4).unwrap();
     let bias = sbias.as_ref().zip(bias_shape);
-    rows::matmul_with(ex.kernels(), &mut rec, g, act, &dst, &sa, &sb, bias, tuning).unwrap();
+    rows::matmul_with(ex.kernels(), &mut rec, g, act, Tier::Strict, &dst, &sa, &sb, bias, tuning).unwrap();
     let got = fetch(ex, &mut rec, &dst);
     let what = format!("matmul {g:?} act {act:?} bias {bias_shape:?} seed {seed} spice {spice} {tuning:?}");
     same_bits(&what, &want, &got)
@@ -157,8 +157,12 @@ fn act_of(i: u8) -> Act {
 /// A random [`Tuning`]: threads per row 2^b (or automatic) and a cap on the grid's x (or none);
 /// small caps spread the workgroups over y and z as more than 65535 of them would be.
 fn tunings() -> impl Strategy<Value = Tuning> {
-    (prop::option::of(0u32..9), prop::option::of(1u32..4))
-        .prop_map(|(b, g)| Tuning { threads_per_row: b.map(|b| 1 << b), max_groups_x: g })
+    (
+        prop::option::of(0u32..9),
+        prop::option::of(1u32..4),
+        prop::option::of(prop::sample::select(GemmTile::ALL.to_vec())),
+    )
+        .prop_map(|(b, g, gemm)| Tuning { threads_per_row: b.map(|b| 1 << b), max_groups_x: g, gemm })
 }
 
 proptest! {
@@ -346,7 +350,7 @@ fn threads_per_row_never_change_bits() {
         reference::reduce(Reduce::Max, &x, &[nrows, n], 1, &mut want_max);
         for t in (0..=8).map(|b| 1u32 << b) {
             // A grid 2 wide: the workgroups spread over y.
-            let tuning = Tuning { threads_per_row: Some(t), max_groups_x: Some(2) };
+            let tuning = Tuning { threads_per_row: Some(t), max_groups_x: Some(2), gemm: None };
             let mut rec = Recorder::new(ex.device()).unwrap();
             let sx = upload(ex, &mut rec, &x);
             let sg = upload(ex, &mut rec, &gamma);
@@ -392,7 +396,7 @@ fn matmul_edges() {
     check(matmul_case(ex, &g, Act::None, Some(&[2, 1, 2, 1, 2, 1, 3, 1]), (13, 5), &Tuning::default()));
     // Several tiles along m and n and several batches, on a grid 2 wide.
     let g = geometry(&[5], &[true], &[true], (130, 200, 20), (false, false), false);
-    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(2) };
+    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(2), gemm: None };
     check(matmul_case(ex, &g, Act::Gelu, Some(&[200]), (14, 5), &tuning));
 }
 
@@ -405,6 +409,160 @@ fn matmul_k_over_several_dispatches() {
     check(matmul_case(ex, &g, Act::Gelu, Some(&[3, 1]), (15, 5), &Tuning::default()));
     let g = geometry(&[], &[], &[], (1, 1, rows::MATMUL_K_SPAN as usize), (true, false), false);
     check(matmul_case(ex, &g, Act::Relu, None, (16, 5), &Tuning::default()));
+    // The register-tiled kernels resume across dispatches too, aligned (vec4 loads) or not.
+    for (tile, (m, n)) in GemmTile::ALL.into_iter().zip([(5, 8), (9, 7), (4, 12)]) {
+        let g = geometry(&[], &[], &[], (m, n, 2 * rows::GEMM_K_SPAN as usize + 13), (false, false), false);
+        let tuning = Tuning { gemm: Some(tile), ..Tuning::default() };
+        check(matmul_case(ex, &g, Act::None, Some(&[n]), (17, 5), &tuning));
+    }
+}
+
+/// Every GEMM geometry, over tile edges, transposes, aligned (vec4) and unaligned operands.
+#[test]
+fn gemm_tiles_match_reference_bits() {
+    let Some(ex) = exec() else { return };
+    for tile in GemmTile::ALL {
+        let tuning = Tuning { gemm: Some(tile), ..Tuning::default() };
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            for (m, n, k) in [(129, 131, 37), (128, 64, 32), (3, 200, 8)] {
+                let g = geometry(&[2], &[true], &[false], (m, n, k), (ta, tb), false);
+                check(matmul_case(ex, &g, Act::Relu, Some(&[n]), (18 + k as u64, 30), &tuning));
+            }
+        }
+    }
+}
+
+/// Operands of |x| >= 2^-63 whose products are normal numbers near 2^-126, so partial sums land
+/// in the denormal range and must be flushed to signed zero exactly as the CPU does (the GEMM's
+/// plain-product path), and the same with operands below 2^-63 (its careful path).
+#[test]
+fn gemm_flushes_denormal_sums_like_the_cpu() {
+    let Some(ex) = exec() else { return };
+    let (m, n, k) = (70usize, 66usize, 41usize);
+    for tiny in [false, true] {
+        let ea = if tiny { 127 - 100 } else { 127 - 60 };
+        let eb = if tiny { 127 - 26 } else { 127 - 66 };
+        let near = |seed: u64, len: usize, e: u32| -> Vec<f32> {
+            (0..len)
+                .map(|i| {
+                    let r = mix(seed ^ (i as u64) << 8);
+                    let e = if r % 7 == 0 { e + 1 } else { e };
+                    f32::from_bits((r & 0x807f_ffff) | (e << 23))
+                })
+                .collect()
+        };
+        let a = near(1, m * k, ea);
+        let b = near(2, k * n, eb);
+        let g = geometry(&[], &[], &[], (m, n, k), (false, false), false);
+        let mut want = vec![0.0f32; m * n];
+        reference::matmul(&g, &a, &b, None, Act::None, &mut want);
+        assert!(
+            want.iter().any(|v| v.to_bits() == 0x8000_0000) && want.iter().any(|v| *v != 0.0),
+            "the case must produce flushed -0 sums and nonzero ones"
+        );
+        for tile in GemmTile::ALL {
+            let mut rec = Recorder::new(ex.device()).unwrap();
+            let (sa, sb) = (upload(ex, &mut rec, &a), upload(ex, &mut rec, &b));
+            let dst = ex.alloc((m * n) as u64 * 4).unwrap();
+            let tuning = Tuning { gemm: Some(tile), ..Tuning::default() };
+            rows::matmul_with(
+                ex.kernels(),
+                &mut rec,
+                &g,
+                Act::None,
+                Tier::Strict,
+                &dst,
+                &sa,
+                &sb,
+                None,
+                &tuning,
+            )
+            .unwrap();
+            check(same_bits(
+                &format!("near-denormal sums, tiny {tiny}, {tile:?}"),
+                &want,
+                &fetch(ex, &mut rec, &dst),
+            ));
+        }
+    }
+}
+
+/// The fast tier (FMA): the same bits on every run and for every tile choice of one shape is
+/// not promised, but every run of one shape and tile gives the same bits, and the results are
+/// within rounding of a float64 reference.
+#[test]
+fn fast_gemm_is_repeatable_and_accurate() {
+    let Some(ex) = exec() else { return };
+    for (m, n, k, ta, tb) in [(130, 70, 300, false, false), (33, 129, 64, true, true), (8, 8, 5, false, true)]
+    {
+        let g = geometry(&[], &[], &[], (m, n, k), (ta, tb), false);
+        // Moderate magnitudes only (no overflow), both signs.
+        let moderate = |seed: u64, len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| {
+                    f32::from_bits(
+                        (mix(seed ^ (i as u64) << 8) & 0x807f_ffff) | ((120 + i as u32 % 12) << 23),
+                    )
+                })
+                .collect()
+        };
+        let (a, b, bias) = (moderate(21, m * k), moderate(22, k * n), moderate(23, n));
+        let at = |i: usize, p: usize| f64::from(if ta { a[p * m + i] } else { a[i * k + p] });
+        let bt = |p: usize, j: usize| f64::from(if tb { b[j * k + p] } else { b[p * n + j] });
+        for tile in GemmTile::ALL {
+            let tuning = Tuning { gemm: Some(tile), ..Tuning::default() };
+            let run = || {
+                let mut rec = Recorder::new(ex.device()).unwrap();
+                let (sa, sb, sc) =
+                    (upload(ex, &mut rec, &a), upload(ex, &mut rec, &b), upload(ex, &mut rec, &bias));
+                let dst = ex.alloc((m * n) as u64 * 4).unwrap();
+                let bias = Some((&sc, &[n][..]));
+                rows::matmul_with(
+                    ex.kernels(),
+                    &mut rec,
+                    &g,
+                    Act::Relu,
+                    Tier::Fast,
+                    &dst,
+                    &sa,
+                    &sb,
+                    bias,
+                    &tuning,
+                )
+                .unwrap();
+                fetch(ex, &mut rec, &dst)
+            };
+            let (first, second) = (run(), run());
+            check(same_bits(&format!("fast gemm run twice, {tile:?}"), &first, &second));
+            for i in 0..m {
+                for j in 0..n {
+                    let (exact, size): (f64, f64) = (0..k)
+                        .fold((f64::from(bias[j]), f64::from(bias[j].abs())), |(s, z), p| {
+                            (s + at(i, p) * bt(p, j), z + (at(i, p) * bt(p, j)).abs())
+                        });
+                    let got = f64::from(first[i * n + j]);
+                    let tol = size * k as f64 * f64::from(f32::EPSILON);
+                    assert!(
+                        (got - exact.max(0.0)).abs() <= tol,
+                        "fast gemm [{i}, {j}] {tile:?}: {got} vs {exact} (tolerance {tol})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The probe that lets the strict GEMM leave flushing to the hardware says no on lavapipe,
+/// which keeps denormals (its answer elsewhere is what the device does; the bit-exact tests
+/// above hold either way).
+#[test]
+fn hw_ftz_probe() {
+    let Some(ex) = exec() else { return };
+    let yes = rows::strict_gemm_hw_ftz(ex.kernels());
+    println!("{}: strict GEMM hardware flush {yes}", ex.device().info().name);
+    if ex.device().info().driver_name.contains("llvmpipe") || ex.device().info().name.contains("llvmpipe") {
+        assert!(!yes, "lavapipe keeps denormals; the probe must see that");
+    }
 }
 
 /// Rows of the longest length allowed (2^24) stay within lavapipe's loop limit; longer rows,
@@ -430,7 +588,7 @@ fn longest_rows() {
         check(same_bits(&format!("{op:?} of 2^24"), &want, &fetch(ex, &mut rec, &one)));
     }
     let msg = |r: Result<(), VulkanError>| r.unwrap_err().to_string();
-    let t1 = Tuning { threads_per_row: Some(1), max_groups_x: None };
+    let t1 = Tuning { threads_per_row: Some(1), max_groups_x: None, gemm: None };
     let e = msg(rows::reduce_with(k, &mut rec, Reduce::Sum, &one, &sx, &[n], 0, &t1));
     assert!(
         e.starts_with("invalid Vulkan dispatch: 1 threads per row of 16777216 elements would run about "),
@@ -468,7 +626,7 @@ fn empty_rows_and_outputs() {
     }
     let g = MatmulShape { a: vec![0, 4], b: vec![4, 3], out: vec![0, 3], ta: false, tb: false };
     let b = ex.alloc(12 * 4).unwrap();
-    rows::matmul(k, &mut rec, &g, Act::None, &empty, &empty, &b, None).unwrap();
+    rows::matmul(k, &mut rec, &g, Act::None, Tier::Strict, &empty, &empty, &b, None).unwrap();
     rows::softmax(k, &mut rec, &empty, &empty, &[4, 0], None, 1.0).unwrap();
     rows::softmax(k, &mut rec, &empty, &empty, &[0, 9], None, 1.0).unwrap();
     rows::layernorm(k, &mut rec, &empty, &empty, 4, 0, None, None, 1e-5).unwrap();
@@ -490,7 +648,7 @@ fn grids_past_65535_workgroups() {
     let mut rec = Recorder::new(ex.device()).unwrap();
     let sx = upload(ex, &mut rec, &x);
     // One row per workgroup (256 threads on one element).
-    let t256 = Tuning { threads_per_row: Some(256), max_groups_x: None };
+    let t256 = Tuning { threads_per_row: Some(256), max_groups_x: None, gemm: None };
     let dst = ex.alloc(rows_n as u64 * 4).unwrap();
     rows::rmsnorm_with(k, &mut rec, &dst, &sx, rows_n, 1, None, 1e-5, &t256).unwrap();
     let mut want = vec![0.0f32; rows_n];
@@ -505,7 +663,7 @@ fn grids_past_65535_workgroups() {
         tb: false,
     };
     let sb = upload(ex, &mut rec, &[1.5]);
-    rows::matmul(k, &mut rec, &g, Act::None, &dst, &sx, &sb, None).unwrap();
+    rows::matmul(k, &mut rec, &g, Act::None, Tier::Strict, &dst, &sx, &sb, None).unwrap();
     let mut want = vec![0.0f32; rows_n];
     reference::matmul(&g, &x, &[1.5], None, Act::None, &mut want);
     check(same_bits("matmul of 65600 batches", &want, &fetch(ex, &mut rec, &dst)));
@@ -551,17 +709,18 @@ fn bad_input_is_refused() {
             4,
             None,
             1e-5,
-            &Tuning { threads_per_row: Some(3), max_groups_x: None }
+            &Tuning { threads_per_row: Some(3), max_groups_x: None, gemm: None }
         )),
         "invalid Vulkan dispatch: 3 threads per row; a power of two from 1 to 256"
     );
     let g = MatmulShape { a: vec![2, 3], b: vec![4, 2], out: vec![2, 2], ta: false, tb: false };
-    let e = msg(rows::matmul(k, &mut rec, &g, Act::None, &s(4), &s(6), &s(8), None));
+    let e = msg(rows::matmul(k, &mut rec, &g, Act::None, Tier::Strict, &s(4), &s(6), &s(8), None));
     assert!(e.contains("matmul shapes do not agree: op(a) is [2, 3], op(b) [4, 2]"), "{e}");
     let g = MatmulShape { a: vec![2, 3], b: vec![3, 2], out: vec![2, 2], ta: false, tb: false };
-    let e = msg(rows::matmul(k, &mut rec, &g, Act::None, &s(4), &s(6), &s(6), Some((&s(3), &[3]))));
+    let e =
+        msg(rows::matmul(k, &mut rec, &g, Act::None, Tier::Strict, &s(4), &s(6), &s(6), Some((&s(3), &[3]))));
     assert_eq!(e, "invalid Vulkan dispatch: matmul bias [3] does not broadcast to the output [2, 2]");
-    let e = msg(rows::matmul(k, &mut rec, &g, Act::None, &s(4), &s(5), &s(6), None));
+    let e = msg(rows::matmul(k, &mut rec, &g, Act::None, Tier::Strict, &s(4), &s(5), &s(6), None));
     assert_eq!(e, "invalid Vulkan dispatch: matmul a: a slice of 20 bytes for 6 f32 elements (24 bytes)");
     let huge = [65_536usize, 65_536];
     assert!(msg(rows::softmax(k, &mut rec, &x, &x, &huge, None, 1.0)).contains("2^31 or more elements"));
@@ -600,7 +759,7 @@ fn reduce_in_a_long_looped_grid() {
     let mut rec = Recorder::new(ex.device()).unwrap();
     let sx = ex.alloc(0).unwrap();
     let dst = ex.alloc(outs as u64 * 4).unwrap();
-    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(1) };
+    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(1), gemm: None };
     rows::reduce_with(ex.kernels(), &mut rec, Reduce::Mean, &dst, &sx, &shape, 2, &tuning).unwrap();
     let got = fetch(ex, &mut rec, &dst);
     same_bits("empty-axis mean, one workgroup", &want, &got).unwrap();

@@ -17,63 +17,24 @@
 // other activations several times slower.
 #ifndef ADEADVM_MATMUL_GLSL
 #define ADEADVM_MATMUL_GLSL
-#include "strict.glsl"
+#include "matmul_common.glsl"
 
 #define TM 64u
 #define TN 64u
 #define TK 16u
-#define K_SPAN 16384u // ops::rows::MATMUL_K_SPAN
 
 layout(local_size_x = 16, local_size_y = 16) in;
-layout(set = 0, binding = 0) buffer Y { float y[]; };
-layout(set = 0, binding = 1) readonly buffer A { float a[]; };
-layout(set = 0, binding = 2) readonly buffer B { float b[]; };
-layout(set = 0, binding = 3) readonly buffer C { float bias[]; };
-layout(push_constant) uniform P {
-    uvec4 dims_lo;  // merged batch axes 0..3 (outermost first)
-    uvec4 astr_lo;  // a's element stride per batch axis (0 = broadcast)
-    uvec4 bstr_lo;  // b's
-    uvec4 cstr_lo;  // the bias's
-    uvec4 hi0;      // dims[4], dims[5], astr[4], astr[5]
-    uvec4 hi1;      // bstr[4], bstr[5], cstr[4], cstr[5]
-    uint m;
-    uint n;
-    uint k;
-    uint flags;     // bit 0: ta; bit 1: tb; bits 2-3: act (0 none, 1 relu, 2 gelu); bit 4: bias; bits 8..: batch axes
-    uint k_begin;   // this dispatch's first k (a multiple of K_SPAN)
-    uint bias_sm;   // the bias's stride along the output's rows (0 = broadcast)
-    uint bias_sn;   // and columns
-} p;
-
 shared float As[TK][TM]; // As[kk][r] = op(a)[row0 + r, k0 + kk]
 shared float Bs[TK][TN]; // Bs[kk][c] = op(b)[k0 + kk, col0 + c]
-
-uint bdim(uint i) { return i < 4u ? p.dims_lo[i] : p.hi0[i - 4u]; }
-uint astr(uint i) { return i < 4u ? p.astr_lo[i] : p.hi0[i - 2u]; }
-uint bstr(uint i) { return i < 4u ? p.bstr_lo[i] : p.hi1[i - 4u]; }
-uint cstr(uint i) { return i < 4u ? p.cstr_lo[i] : p.hi1[i - 2u]; }
-
-// reference::activate
-float activate(uint act, float v) {
-    if (act == 1u) return strict_max(v, 0.0);
-#ifdef MATMUL_GELU
-    if (act == 2u) return strict_gelu(v);
-#endif
-    return v;
-}
 
 void main() {
     uint M = p.m, N = p.n, K = p.k;
     bool ta = (p.flags & 1u) != 0u, tb = (p.flags & 2u) != 0u;
     uint act = (p.flags >> 2) & 3u;
     bool has_bias = (p.flags & 16u) != 0u;
-    uint naxes = p.flags >> 8;
     uint tiles_m = M / TM + ((M % TM) != 0u ? 1u : 0u);
     uint tiles_n = N / TN + ((N % TN) != 0u ? 1u : 0u);
-    uint batches = 1u;
-    for (uint ax = 0u; ax < naxes; ax++) {
-        batches *= bdim(ax);
-    }
+    uint batches = matmul_batches();
     uint tile = (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     if (tile >= batches * tiles_m * tiles_n) {
         return; // the grid's spare workgroups (uniform: before any barrier)
@@ -86,15 +47,8 @@ void main() {
     // (row, column) strides of op(a) as [m, k] and op(b) as [k, n] in the stored operands.
     uint a_rs = ta ? 1u : K, a_cs = ta ? M : 1u;
     uint b_rs = tb ? 1u : N, b_cs = tb ? K : 1u;
-    uint aoff = 0u, boff = 0u, coff = 0u, rem = bz;
-    for (int ax = int(naxes) - 1; ax >= 0; ax--) {
-        uint d = bdim(uint(ax));
-        uint idx = rem % d;
-        rem /= d;
-        aoff += idx * astr(uint(ax));
-        boff += idx * bstr(uint(ax));
-        coff += idx * cstr(uint(ax));
-    }
+    uint aoff, boff, coff;
+    matmul_batch_offsets(bz, aoff, boff, coff);
     uint yoff = bz * M * N;
     uint row0 = ty * TM, col0 = tx * TN;
     uint k_end = (K - p.k_begin) > K_SPAN ? p.k_begin + K_SPAN : K;

@@ -780,7 +780,7 @@ impl Vm {
                 };
                 self.with_dst_f32(f, p, dst, |g, d| {
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
-                    rows::matmul(g.exec.kernels(), &mut g.rec, &gs, act, d, &va, &vb, bias)
+                    rows::matmul(g.exec.kernels(), &mut g.rec, &gs, act, p.tier, d, &va, &vb, bias)
                 })?;
             }
             Insn::Softmax { dst, x, mask, scale } => {

@@ -29,6 +29,8 @@ pub struct DeviceInfo {
     pub max_compute_workgroup_size: [u32; 3],
     pub max_compute_workgroup_count: [u32; 3],
     pub max_storage_buffer_range: u32,
+    /// Bytes of shared memory one workgroup may use.
+    pub max_compute_shared_memory: u32,
     /// shaderDenormPreserveFloat32 / shaderDenormFlushToZeroFloat32; None when the device cannot report them.
     pub denorm_preserve_f32: Option<bool>,
     pub denorm_ftz_f32: Option<bool>,
@@ -141,6 +143,7 @@ pub(crate) fn describe(
         max_compute_workgroup_size: props.limits.max_compute_work_group_size,
         max_compute_workgroup_count: props.limits.max_compute_work_group_count,
         max_storage_buffer_range: props.limits.max_storage_buffer_range,
+        max_compute_shared_memory: props.limits.max_compute_shared_memory_size,
         denorm_preserve_f32: None,
         denorm_ftz_f32: None,
         subgroup_size: None,

@@ -2,7 +2,7 @@
 //! build needs no glslc) and the op codes the shaders switch on.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::device::Device;
 use super::error::VulkanError;
@@ -29,31 +29,51 @@ pub const SHADERS: &[(&str, &[u8])] = &[
     ("layernorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/layernorm.spv"))),
     ("rmsnorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rmsnorm.spv"))),
     ("reduce", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/reduce.spv"))),
+    ("gemm_strict", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_strict.spv"))),
+    ("gemm_fast", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_fast.spv"))),
 ];
+
+/// The shaders that run only in the fast tier: they may fuse (FMA) and need not repeat the CPU's
+/// bits, so the strict-arithmetic checks of tests/vulkan.rs skip them.
+pub const FAST_SHADERS: &[&str] = &["gemm_fast"];
 
 /// The built-in kernels of one device, each pipeline built on first use and kept.
 pub struct Kernels {
     dev: Arc<Device>,
-    built: Mutex<HashMap<&'static str, Arc<Kernel>>>,
+    /// Built pipelines by (shader, specialization constants).
+    built: Mutex<HashMap<(&'static str, Vec<u32>), Arc<Kernel>>>,
+    /// ops::rows::strict_gemm_hw_ftz's probe result, once made.
+    pub(crate) hw_ftz: OnceLock<bool>,
 }
 
 impl Kernels {
     pub fn new(dev: &Arc<Device>) -> Kernels {
-        Kernels { dev: dev.clone(), built: Mutex::new(HashMap::new()) }
+        Kernels { dev: dev.clone(), built: Mutex::new(HashMap::new()), hw_ftz: OnceLock::new() }
     }
 
     /// The kernel built from `shaders/<name>.comp`.
     pub fn get(&self, name: &'static str) -> Result<Arc<Kernel>, VulkanError> {
+        self.specialized(name, &[])
+    }
+
+    /// The kernel built from `shaders/<name>.comp` with specialization constants `spec`
+    /// (constant id i = `spec[i]`); each combination is built once and kept.
+    pub fn specialized(&self, name: &'static str, spec: &[u32]) -> Result<Arc<Kernel>, VulkanError> {
         let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(k) = built.get(name) {
+        if let Some(k) = built.get(&(name, spec.to_vec())) {
             return Ok(k.clone());
         }
         let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.into(), reason };
         let bytes = spirv(name).ok_or_else(|| fail("no such embedded shader".into()))?;
         let words = spirv_words(bytes).map_err(fail)?;
-        let k = Arc::new(Kernel::new(&self.dev, name, &words)?);
-        built.insert(name, k.clone());
+        let k = Arc::new(Kernel::specialized(&self.dev, name, &words, spec)?);
+        built.insert((name, spec.to_vec()), k.clone());
         Ok(k)
+    }
+
+    /// The device the kernels are built for.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.dev
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 pub use buffer::{Buffer, Slice};
 pub use device::{devices, Device, DeviceInfo, LIBRARY_ENV};
 pub use error::VulkanError;
-pub use kernels::{binary_op_code, unary_op_code, Kernels, SHADERS};
+pub use kernels::{binary_op_code, unary_op_code, Kernels, FAST_SHADERS, SHADERS};
 pub use pipeline::{spirv_words, Kernel};
 pub use reflect::{reflect, Interface};
 pub use stream::{Binding, Download, Recorder, MAX_BINDINGS};

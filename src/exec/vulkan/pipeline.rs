@@ -44,6 +44,27 @@ impl Kernel {
         words: &[u32],
         entry: &str,
     ) -> Result<Kernel, VulkanError> {
+        Kernel::build(dev, name, words, entry, &[])
+    }
+
+    /// Builds the pipeline for entry point `main` of `words` with specialization constant `i`
+    /// (a 32-bit value: uint, int, float bits or a bool as 0/1) set to `spec[i]`.
+    pub fn specialized(
+        dev: &Arc<Device>,
+        name: &str,
+        words: &[u32],
+        spec: &[u32],
+    ) -> Result<Kernel, VulkanError> {
+        Kernel::build(dev, name, words, "main", spec)
+    }
+
+    fn build(
+        dev: &Arc<Device>,
+        name: &str,
+        words: &[u32],
+        entry: &str,
+        spec: &[u32],
+    ) -> Result<Kernel, VulkanError> {
         let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.to_string(), reason };
         let entry = std::ffi::CString::new(entry)
             .map_err(|_| fail("the entry point name contains a NUL byte".into()))?;
@@ -95,10 +116,18 @@ impl Kernel {
                 return Err(fail(format!("vkCreateShaderModule: {e}")));
             }
         };
-        let stage = vk::PipelineShaderStageCreateInfo::default()
+        let entries: Vec<vk::SpecializationMapEntry> = (0..spec.len() as u32)
+            .map(|i| vk::SpecializationMapEntry { constant_id: i, offset: 4 * i, size: 4 })
+            .collect();
+        let spec_info =
+            vk::SpecializationInfo::default().map_entries(&entries).data(bytemuck::cast_slice(spec));
+        let mut stage = vk::PipelineShaderStageCreateInfo::default()
             .stage(vk::ShaderStageFlags::COMPUTE)
             .module(module)
             .name(&entry);
+        if !spec.is_empty() {
+            stage = stage.specialization_info(&spec_info);
+        }
         let cinfo = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)];
         // SAFETY: module and layout are live; the pipeline cache is the device's.
         let made = unsafe { d.create_compute_pipelines(dev.pipeline_cache, &cinfo, None) };

@@ -2,9 +2,12 @@
 //! RMSNORM and REDUCE_SUM/MEAN/MAX. Each gives exactly the bits of its CPU reference
 //! (`exec::cpu::reference::{matmul, softmax, layernorm, rmsnorm, reduce}`):
 //!
-//! - matmul (`shaders/include/matmul.glsl`): every output keeps one accumulator that sees `k`
-//!   in ascending order (`acc = +0; acc = add(acc, mul(a, b))`), then the bias, then the
-//!   activation; the 64x64 shared-memory tiles only decide which thread does which output.
+//! - matmul: every output keeps one accumulator that sees `k` in ascending order
+//!   (`acc = +0; acc = add(acc, mul(a, b))`), then the bias, then the activation; tiles only
+//!   decide which thread does which output. No activation or RELU: the register-tiled kernels of
+//!   `shaders/include/gemm.glsl` (tile sizes are specialization constants, [`GemmTile`], picked
+//!   by shape); in the fast tier with FMA (the same bits run to run, not the CPU's). GELU: the
+//!   64x64 kernel of `shaders/include/matmul.glsl`, in both tiers.
 //! - the row kernels (`shaders/{softmax,layernorm,rmsnorm,reduce}.comp`) follow the fixed
 //!   256-lane tree of `numerics::reduce` (`shaders/include/rowtree.glsl`): lane `j` accumulates
 //!   elements `j, j+256, ...` in order, then the halving levels 128..1. A row is shared by
@@ -30,9 +33,9 @@
 
 use std::sync::Arc;
 
-use crate::exec::cpu::reference::{MatmulShape, Reduce};
-use crate::exec::vulkan::{Binding, Kernel, Kernels, Recorder, Slice, VulkanError};
-use crate::isa::Act;
+use crate::exec::cpu::reference::{self, MatmulShape, Reduce};
+use crate::exec::vulkan::{Binding, Buffer, Kernel, Kernels, Recorder, Slice, VulkanError};
+use crate::isa::{Act, Tier};
 
 /// Most axes a tensor of these kernels may have.
 pub const MAX_RANK: usize = 8;
@@ -43,14 +46,98 @@ pub const MAX_ROW: usize = 1 << 24;
 /// The `k` one matmul dispatch covers (shaders/include/matmul.glsl `K_SPAN`).
 pub const MATMUL_K_SPAN: u64 = 16384;
 
+/// The `k` one dispatch of the register-tiled GEMM covers (shaders/include/gemm.glsl
+/// `GEMM_K_SPAN`; its loops run several iterations per k on lavapipe).
+pub const GEMM_K_SPAN: u64 = 2048;
+
 /// Most elements of one tensor (the shaders index with u32 and add tile offsets past the end).
 const MAX_ELEMS: u64 = (1 << 31) - 1;
 
 /// Workgroups per grid dimension that every launch stays within.
 const MAX_GROUPS: u32 = 65535;
 
-/// Matmul output tile (shaders/include/matmul.glsl TM, TN).
+/// Matmul output tile of the GELU kernel (shaders/include/matmul.glsl TM, TN).
 const MATMUL_TILE: u64 = 64;
+
+/// The geometry of the register-tiled GEMM kernels (shaders/include/gemm.glsl, specialization
+/// constants 0..=5): a workgroup of `(bm / tm) * (bn / tn)` threads computes a `bm` x `bn` output
+/// tile, staging `bk` of k at a time; each thread owns `tm` x `tn` outputs. No choice changes a
+/// result bit (every output still sums k ascending).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmTile {
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub tm: u32,
+    pub tn: u32,
+}
+
+impl GemmTile {
+    /// 128x128 tiles, 8x8 outputs a thread: large outputs.
+    pub const LARGE: GemmTile = GemmTile { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 };
+    /// 128x64 tiles, 8x4 a thread.
+    pub const MEDIUM: GemmTile = GemmTile { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 };
+    /// 64x64 tiles, 4x4 a thread: small outputs (more workgroups to spread).
+    pub const SMALL: GemmTile = GemmTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
+    /// Largest first.
+    pub const ALL: [GemmTile; 3] = [GemmTile::LARGE, GemmTile::MEDIUM, GemmTile::SMALL];
+
+    /// Threads per workgroup.
+    pub fn threads(&self) -> u32 {
+        (self.bm / self.tm.max(1)) * (self.bn / self.tn.max(1))
+    }
+
+    /// Shared memory the kernel declares (two buffers of each operand, a vec4 of padding per
+    /// staged row, two flag words).
+    pub fn shared_bytes(&self) -> u64 {
+        2 * u64::from(self.bk) * (u64::from(self.bm + 4) + u64::from(self.bn + 4)) * 4 + 8
+    }
+
+    /// Why the kernel cannot run this geometry on `rec`'s device, if it cannot.
+    pub fn unusable(&self, rec: &Recorder) -> Option<String> {
+        let GemmTile { bm, bn, bk, tm, tn } = *self;
+        let wg = self.threads();
+        let info = &rec.device().info;
+        let fits = |x: u32| x > 0 && (x * bk) % (4 * wg.max(1)) == 0;
+        if [tm, tn, bk].iter().any(|&x| x == 0 || x % 4 != 0) || bm % tm.max(1) != 0 || bn % tn.max(1) != 0 {
+            Some(format!("{self:?}: tm, tn and bk must be multiples of 4 dividing the tile"))
+        } else if !fits(bm) || !fits(bn) {
+            Some(format!("{self:?}: each thread must stage whole vec4s of both operands"))
+        } else if wg > info.max_compute_workgroup_invocations || wg > info.max_compute_workgroup_size[0] {
+            Some(format!(
+                "{self:?}: {wg} threads a workgroup; the device allows {}",
+                info.max_compute_workgroup_invocations
+            ))
+        } else if self.shared_bytes() > u64::from(info.max_compute_shared_memory) {
+            Some(format!(
+                "{self:?}: {} bytes of shared memory; the device allows {}",
+                self.shared_bytes(),
+                info.max_compute_shared_memory
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// The tile for an output of `batches` x `m` x `n`: the largest that still gives the GPU
+    /// enough workgroups to spread (then the smallest that runs here).
+    fn for_shape(rec: &Recorder, batches: u64, m: u64, n: u64) -> GemmTile {
+        const ENOUGH_WORKGROUPS: u64 = 192;
+        let usable: Vec<GemmTile> = GemmTile::ALL.into_iter().filter(|t| t.unusable(rec).is_none()).collect();
+        let tiles = |t: &GemmTile| batches * m.div_ceil(u64::from(t.bm)) * n.div_ceil(u64::from(t.bn));
+        usable
+            .iter()
+            .find(|t| tiles(t) >= ENOUGH_WORKGROUPS)
+            .or(usable.last())
+            .copied()
+            .unwrap_or(GemmTile::SMALL)
+    }
+
+    /// The specialization constants of shaders/include/gemm.glsl.
+    fn spec(&self, hw_ftz: bool) -> [u32; 7] {
+        [self.bm, self.bn, self.bk, self.tm, self.tn, self.threads(), u32::from(hw_ftz)]
+    }
+}
 
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
@@ -106,6 +193,9 @@ pub struct Tuning {
     /// Most workgroups along the grid's x dimension (at least 1); the grid grows along y and z
     /// for the rest. None: 65535, or the device's limit if lower.
     pub max_groups_x: Option<u32>,
+    /// The register-tiled matmul's geometry; None picks by shape. One the device cannot run is
+    /// refused.
+    pub gemm: Option<GemmTile>,
 }
 
 /// A grid of at least `groups` workgroups: x up to its cap, then y, then z (each within the
@@ -202,26 +292,29 @@ fn dispatch_rows(
 /// be the broadcast of theirs. The bias, if any, broadcasts to the whole output shape (`[n]`,
 /// `[m, 1]`, the full shape, ...). `act` is applied last, as `reference::activate`.
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)]
 pub fn matmul(
     k: &Kernels,
     rec: &mut Recorder,
     g: &MatmulShape,
     act: Act,
+    tier: Tier,
     dst: &Slice,
     a: &Slice,
     b: &Slice,
     bias: Option<(&Slice, &[usize])>,
 ) -> Result<(), VulkanError> {
-    matmul_with(k, rec, g, act, dst, a, b, bias, &Tuning::default())
+    matmul_with(k, rec, g, act, tier, dst, a, b, bias, &Tuning::default())
 }
 
-/// [`matmul`] with a [`Tuning`] (only `max_groups_x` applies).
+/// [`matmul`] with a [`Tuning`] (`max_groups_x` and `gemm` apply).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_with(
     k: &Kernels,
     rec: &mut Recorder,
     g: &MatmulShape,
     act: Act,
+    tier: Tier,
     dst: &Slice,
     a: &Slice,
     b: &Slice,
@@ -238,10 +331,28 @@ pub fn matmul_with(
     if plan.out_elems == 0 {
         return Ok(());
     }
-    let (kernel, act_code) = match act {
-        Act::None => (k.get("matmul")?, 0u32),
-        Act::Relu => (k.get("matmul")?, 1),
-        Act::Gelu => (k.get("matmul_gelu")?, 2),
+    let act_code = match act {
+        Act::None => 0u32,
+        Act::Relu => 1,
+        Act::Gelu => 2,
+    };
+    let (kernel, tile_m, tile_n, span) = if act == Act::Gelu {
+        (k.get("matmul_gelu")?, MATMUL_TILE, MATMUL_TILE, MATMUL_K_SPAN)
+    } else {
+        let tile = match tuning.gemm {
+            Some(t) => {
+                if let Some(why) = t.unusable(rec) {
+                    return Err(invalid(why));
+                }
+                t
+            }
+            None => GemmTile::for_shape(rec, u64::from(plan.batches), u64::from(plan.m), u64::from(plan.n)),
+        };
+        let kernel = match tier {
+            Tier::Fast => k.specialized("gemm_fast", &tile.spec(false))?,
+            Tier::Strict => k.specialized("gemm_strict", &tile.spec(strict_gemm_hw_ftz(k)))?,
+        };
+        (kernel, u64::from(tile.bm), u64::from(tile.bn), GEMM_K_SPAN)
     };
     let flags = u32::from(g.ta)
         | u32::from(g.tb) << 1
@@ -257,20 +368,73 @@ pub fn matmul_with(
     push.extend([plan.m, plan.n, plan.k, flags, 0, plan.bias_sm, plan.bias_sn]);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
-    let tiles = u64::from(plan.batches)
-        * u64::from(plan.m).div_ceil(MATMUL_TILE)
-        * u64::from(plan.n).div_ceil(MATMUL_TILE);
+    let tiles =
+        u64::from(plan.batches) * u64::from(plan.m).div_ceil(tile_m) * u64::from(plan.n).div_ceil(tile_n);
     let groups = grid(rec, tuning, tiles)?;
     // One dispatch per span of k; each resumes the accumulators the previous one stored.
     let mut k_begin = 0u64;
     loop {
         push[28] = w(k_begin);
         rec.dispatch(&kernel, &bindings, &push, groups)?;
-        k_begin += MATMUL_K_SPAN;
+        k_begin += span;
         if k_begin >= u64::from(plan.k) {
             return Ok(());
         }
     }
+}
+
+/// Whether the strict GEMM may leave flushing its sums to the hardware on this device (the
+/// `HW_FTZ` constant of shaders/include/gemm.glsl): probed once per device by running the
+/// kernel that way on sums that round to denormals (both signs, and a flushed -0 carried on)
+/// and comparing every bit with the CPU reference. Any difference, or a failure to run the
+/// probe, keeps the software flush, which is right everywhere.
+pub fn strict_gemm_hw_ftz(k: &Kernels) -> bool {
+    *k.hw_ftz.get_or_init(|| probe_hw_ftz(k).unwrap_or(false))
+}
+
+fn probe_hw_ftz(k: &Kernels) -> Result<bool, VulkanError> {
+    let (m, n, kk) = (8usize, 8usize, 8usize);
+    // Operands of magnitude >= 2^-63 (the kernel's plain-product path) whose products are
+    // normal numbers near 2^-126, so partial sums land in the denormal range.
+    let scale = |bits: u32| f32::from_bits(bits);
+    let mut a = vec![0f32; m * kk];
+    let mut b = vec![0f32; kk * n];
+    for (i, v) in a.iter_mut().enumerate() {
+        // +-(1 + i/64) * 2^-60
+        let sign = if (i * 7 + i / 3) % 2 == 0 { 0 } else { 0x8000_0000 };
+        *v = scale(sign | ((127 - 60) << 23) | ((i as u32 % 64) << 17));
+    }
+    for (j, v) in b.iter_mut().enumerate() {
+        // (1 + j/32) * 2^-66, and a few exact ones so some sums carry a flushed -0 onward.
+        *v = if j % 5 == 0 { 1.0 } else { scale(((127 - 66) << 23) | ((j as u32 % 32) << 18)) };
+    }
+    let g = MatmulShape { a: vec![m, kk], b: vec![kk, n], out: vec![m, n], ta: false, tb: false };
+    let mut want = vec![0f32; m * n];
+    reference::matmul(&g, &a, &b, None, Act::None, &mut want);
+    if !want.iter().any(|v| v.to_bits() == 0x8000_0000) {
+        return Ok(false); // the probe must exercise a flushed -0 to prove anything
+    }
+    let dev = k.device().clone();
+    let mut rec = Recorder::new(&dev)?;
+    let upload = |rec: &mut Recorder, v: &[f32]| -> Result<Slice, VulkanError> {
+        let s = Arc::new(Buffer::new(&dev, (v.len() * 4) as u64)?).whole();
+        rec.upload(&s, bytemuck::cast_slice(v))?;
+        Ok(s)
+    };
+    let (sa, sb) = (upload(&mut rec, &a)?, upload(&mut rec, &b)?);
+    let dst = Arc::new(Buffer::new(&dev, (m * n * 4) as u64)?).whole();
+    let kernel = k.specialized("gemm_strict", &GemmTile::SMALL.spec(true))?;
+    let plan = MatmulPlan::new(&g, None)?;
+    let mut push = vec![0u32; 24];
+    push.extend([plan.m, plan.n, plan.k, 0, 0, 0, 0]);
+    let bindings = [Binding::write(&dst), Binding::read(&sa), Binding::read(&sb), Binding::read(&sa)];
+    rec.dispatch(&kernel, &bindings, &push, [1, 1, 1])?;
+    let down = rec.download(&dst)?;
+    rec.flush()?;
+    let mut got = vec![0u8; m * n * 4];
+    rec.read(&down, &mut got)?;
+    let got: Vec<u32> = bytemuck::pod_collect_to_vec(&got);
+    Ok(got.iter().zip(&want).all(|(g, w)| *g == w.to_bits()))
 }
 
 /// One merged batch axis of a matmul: its size and each operand's element stride along it
