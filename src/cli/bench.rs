@@ -42,7 +42,8 @@ pub struct BenchArgs {
     /// Determinism tier.
     #[arg(long, default_value = "strict", value_parser = ["strict", "fast"])]
     tier: String,
-    /// Executor: cpu or vulkan (GPU times include one submit and wait per timed instruction).
+    /// Executor: cpu or vulkan (on a device the time is the kernel's GPU time, from timestamps;
+    /// the JSON also gives the wall time with one submit and wait).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "vulkan"])]
     backend: String,
     /// Worker threads (default: all cores).
@@ -69,10 +70,12 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}` is not a positive size (e.g. 1024, 16M)"))
 }
 
-/// Records the duration of every execution of one instruction.
+/// Records the duration of every execution of one instruction: wall time, and GPU time
+/// (timestamps) where it ran on a device.
 struct TimeOf {
     index: usize,
     times: Vec<Duration>,
+    gpu_times: Vec<Duration>,
 }
 
 impl Observer for TimeOf {
@@ -82,6 +85,7 @@ impl Observer for TimeOf {
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
         if e.index == self.index {
             self.times.push(e.elapsed);
+            self.gpu_times.extend(e.gpu_elapsed);
         }
         ControlFlow::Continue(())
     }
@@ -161,25 +165,35 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // One untimed run warms caches and allocates the arena.
     vm.run()?;
     let mut samples = Vec::with_capacity(a.iters);
+    let mut gpu_samples = Vec::with_capacity(a.iters);
     for _ in 0..a.iters {
         if index == usize::MAX {
             let stats = vm.run()?;
             samples.push(stats.elapsed / stats.steps.max(1) as u32);
         } else {
-            let mut timer = TimeOf { index, times: Vec::new() };
+            let mut timer = TimeOf { index, times: Vec::new(), gpu_times: Vec::new() };
             vm.run_observed(&mut timer)?;
             samples.extend(timer.times);
+            gpu_samples.extend(timer.gpu_times);
         }
     }
-    samples.sort();
-    let median = samples[samples.len() / 2].as_secs_f64();
+    let median_of = |v: &mut Vec<Duration>| -> Option<f64> {
+        v.sort();
+        v.get(v.len() / 2).map(Duration::as_secs_f64)
+    };
+    let wall = median_of(&mut samples).context("no samples")?;
+    // On a device the kernel's own time is the GPU's (as CUDA events time PyTorch); the wall
+    // time adds one submit and fence wait.
+    let gpu = if gpu_samples.len() == samples.len() { median_of(&mut gpu_samples) } else { None };
+    let median = gpu.unwrap_or(wall);
     let name = format!("{:?}", a.kernel).to_lowercase();
     let level = vm.simd_level().name();
     if a.json {
         println!(
-            "{{\"kernel\":\"{name}\",\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"gflops\":{:.3},\"gbps\":{:.3}}}",
+            "{{\"kernel\":\"{name}\",\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
             a.tier,
             a.backend,
+            if gpu.is_some() { "gpu" } else { "wall" },
             flops / median / 1e9,
             bytes / median / 1e9
         );
@@ -195,8 +209,12 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     } else {
         format!("{:.3} ms", median * 1e3)
     };
+    let timed_by = match gpu {
+        Some(_) => format!("GPU timestamps; {:.3} ms wall with submit and wait", wall * 1e3),
+        None => "wall".into(),
+    };
     println!(
-        "{name} {n}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {})",
+        "{name} {n}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {}, {timed_by})",
         a.backend,
         a.tier,
         samples.len()

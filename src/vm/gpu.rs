@@ -14,10 +14,13 @@
 //!   each element only at the index it writes (elementwise kernels).
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use crate::exec::cpu::reference::{strides, MatmulShape, Reduce};
 use crate::exec::vulkan::ops::{data, rows};
-use crate::exec::vulkan::{Binding, Buffer, Download, Kernel, Recorder, Slice, VulkanError, VulkanExec};
+use crate::exec::vulkan::{
+    Binding, Buffer, Download, Kernel, Recorder, Slice, Timestamp, VulkanError, VulkanExec,
+};
 use crate::format::{Program, TensorKind};
 use crate::isa::{DType, Insn, Instruction, Opcode, Placement as Hint, TensorId};
 use crate::numerics as nx;
@@ -185,6 +188,16 @@ impl Gpu {
         Ok(())
     }
 
+    /// A GPU timestamp after everything recorded so far (None where the device has none).
+    pub(super) fn timestamp(&mut self) -> Result<Option<Timestamp>, VmError> {
+        Ok(self.rec.timestamp()?)
+    }
+
+    /// GPU time between two timestamps of the batch flushed last.
+    pub(super) fn gpu_time(&self, from: Timestamp, to: Timestamp) -> Option<Duration> {
+        self.rec.elapsed(from, to)
+    }
+
     /// `len` bytes of scratch memory for the current instruction.
     fn scratch(&mut self, len: u64) -> Result<Slice, VmError> {
         let need = self.scratch_used + len.div_ceil(256).max(1) * 256;
@@ -341,6 +354,19 @@ impl Vm {
             Some((index, what)) => Err(self.gpu_error(index, what)),
             None => Ok(()),
         }
+    }
+
+    /// A GPU timestamp after the work recorded so far (None without a device or timestamps).
+    pub(super) fn gpu_timestamp(&mut self) -> Result<Option<Timestamp>, VmError> {
+        match &mut self.gpu {
+            Some(g) => g.timestamp(),
+            None => Ok(None),
+        }
+    }
+
+    /// GPU time between two timestamps once their batch has run.
+    pub(super) fn gpu_time(&self, from: Timestamp, to: Timestamp) -> Option<Duration> {
+        self.gpu.as_ref().and_then(|g| g.gpu_time(from, to))
     }
 
     /// The end of a run: waits for the GPU and collects outputs stored from the device.

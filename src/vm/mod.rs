@@ -79,6 +79,9 @@ pub struct StepEvent<'a> {
     pub written: Option<(DType, &'a [usize], &'a [u8])>,
     /// Wall time of this instruction (zero unless an observer wants timing).
     pub elapsed: Duration,
+    /// GPU time of the commands this instruction recorded (Vulkan timestamps), when it ran on a
+    /// device that has them and an observer wants timing.
+    pub gpu_elapsed: Option<Duration>,
     /// Floating-point operations it performed (matmul: 2·M·N·K), for the profiler.
     pub flops: u64,
     /// Bytes it read and wrote, for the profiler.
@@ -388,10 +391,14 @@ impl Vm {
             }
             let ins = &code[pc];
             let t0 = wants.timing.then(Instant::now);
+            let mut gpu_elapsed = None;
             let (next, cost) = if plain {
                 self.exec(p, &mut frame, pc, &ins.insn)?
             } else if self.on_gpu(&frame, ins) {
+                // Timing brackets the instruction's commands with GPU timestamps.
+                let begin = if wants.timing { self.gpu_timestamp()? } else { None };
                 let r = self.exec_gpu(p, &mut frame, pc, &ins.insn)?;
+                let end = if begin.is_some() { self.gpu_timestamp()? } else { None };
                 // Observers see finished work: timing waits for the GPU, data comes back.
                 if matches!(ins.insn, Insn::Store { .. }) && wants.written {
                     self.gpu_finish(p)?;
@@ -400,6 +407,7 @@ impl Vm {
                 } else if wants.timing {
                     self.gpu_sync(p)?;
                 }
+                gpu_elapsed = begin.zip(end).and_then(|(b, e)| self.gpu_time(b, e));
                 r
             } else {
                 self.cpu_reads(p, &frame, &ins.insn)?;
@@ -425,6 +433,7 @@ impl Vm {
                 instruction: ins,
                 written,
                 elapsed,
+                gpu_elapsed,
                 flops: cost.0,
                 bytes: cost.1,
             });

@@ -31,6 +31,8 @@ pub struct DeviceInfo {
     pub max_storage_buffer_range: u32,
     /// Bytes of shared memory one workgroup may use.
     pub max_compute_shared_memory: u32,
+    /// Nanoseconds per timestamp tick (VkPhysicalDeviceLimits::timestampPeriod).
+    pub timestamp_period: f32,
     /// shaderDenormPreserveFloat32 / shaderDenormFlushToZeroFloat32; None when the device cannot report them.
     pub denorm_preserve_f32: Option<bool>,
     pub denorm_ftz_f32: Option<bool>,
@@ -144,6 +146,7 @@ pub(crate) fn describe(
         max_compute_workgroup_count: props.limits.max_compute_work_group_count,
         max_storage_buffer_range: props.limits.max_storage_buffer_range,
         max_compute_shared_memory: props.limits.max_compute_shared_memory_size,
+        timestamp_period: props.limits.timestamp_period,
         denorm_preserve_f32: None,
         denorm_ftz_f32: None,
         subgroup_size: None,
@@ -193,6 +196,8 @@ pub struct Device {
     pub(crate) physical: vk::PhysicalDevice,
     pub(crate) info: DeviceInfo,
     pub(crate) queue_family: u32,
+    /// Valid bits of the queue's timestamps (0: the queue cannot write timestamps).
+    pub(crate) timestamp_bits: u32,
     pub(crate) device: ash::Device,
     /// The compute queue; vkQueueSubmit needs external synchronization.
     pub(crate) queue: Mutex<vk::Queue>,
@@ -322,6 +327,7 @@ impl Device {
                 physical,
                 info: chosen.clone(),
                 queue_family,
+                timestamp_bits: families[queue_family as usize].timestamp_valid_bits,
                 device,
                 queue: Mutex::new(queue),
                 command_pool: Mutex::new(command_pool),

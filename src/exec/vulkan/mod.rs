@@ -21,7 +21,7 @@ pub use error::VulkanError;
 pub use kernels::{binary_op_code, unary_op_code, Kernels, FAST_SHADERS, SHADERS};
 pub use pipeline::{spirv_words, Kernel};
 pub use reflect::{reflect, Interface};
-pub use stream::{Binding, Download, Recorder, MAX_BINDINGS};
+pub use stream::{Binding, Download, Recorder, Timestamp, MAX_BINDINGS};
 
 use crate::exec::cpu::reference::{Binary, Unary};
 

@@ -26,6 +26,15 @@ const BATCH_DISPATCHES: u32 = 2048;
 pub const MAX_BINDINGS: u32 = 8;
 /// Smallest staging chunk.
 const STAGING_CHUNK: u64 = 4 << 20;
+/// Timestamps one batch may write (more are skipped: [`Recorder::timestamp`] returns None).
+const BATCH_TIMESTAMPS: u32 = 4096;
+
+/// A GPU timestamp recorded by [`Recorder::timestamp`], readable after its batch ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timestamp {
+    batch: u64,
+    query: u32,
+}
 
 /// One binding of a dispatch: a slice and whether the kernel writes it.
 #[derive(Clone, Debug)]
@@ -126,6 +135,13 @@ pub struct Recorder {
     barriers: u64,
     /// Once a submission fails the recorder refuses further work (objects may still be in use).
     poisoned: Option<String>,
+    /// Timestamp queries (created on first use), written this batch, and the last batch's
+    /// values in nanoseconds.
+    queries: vk::QueryPool,
+    queries_used: u32,
+    query_ns: Vec<u64>,
+    /// Batches submitted so far (names the batch a [`Timestamp`] belongs to).
+    batch: u64,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -160,6 +176,10 @@ impl Recorder {
             timeout: gpu_timeout(),
             barriers: 0,
             poisoned: None,
+            queries: vk::QueryPool::null(),
+            queries_used: 0,
+            query_ns: Vec::new(),
+            batch: 0,
         };
         // Objects created so far are destroyed by Drop if a later step fails.
         let ainfo = vk::CommandBufferAllocateInfo::default()
@@ -357,6 +377,78 @@ impl Recorder {
         Ok(())
     }
 
+    /// Records a GPU timestamp taken once every command recorded before it has finished (None
+    /// when the device's queue has no timestamps, or the batch has used its share). Read it
+    /// with [`Recorder::elapsed`] after the batch has run.
+    pub fn timestamp(&mut self) -> Result<Option<Timestamp>, VulkanError> {
+        if self.dev.timestamp_bits == 0 || self.dev.info.timestamp_period <= 0.0 {
+            return Ok(None);
+        }
+        if self.queries_used == BATCH_TIMESTAMPS {
+            return Ok(None);
+        }
+        self.begin()?;
+        let d = self.dev.raw();
+        if self.queries == vk::QueryPool::null() {
+            let info = vk::QueryPoolCreateInfo::default()
+                .query_type(vk::QueryType::TIMESTAMP)
+                .query_count(BATCH_TIMESTAMPS);
+            // SAFETY: plain object creation on a live device.
+            self.queries = unsafe { d.create_query_pool(&info, None) }.map_err(check("vkCreateQueryPool"))?;
+        }
+        // SAFETY: cmd is recording, outside any render pass; the pool is live; a batch resets
+        // its queries before the first one it writes.
+        unsafe {
+            if self.queries_used == 0 {
+                d.cmd_reset_query_pool(self.cmd, self.queries, 0, BATCH_TIMESTAMPS);
+            }
+            d.cmd_write_timestamp(
+                self.cmd,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                self.queries,
+                self.queries_used,
+            );
+        }
+        self.queries_used += 1;
+        Ok(Some(Timestamp { batch: self.batch, query: self.queries_used - 1 }))
+    }
+
+    /// GPU time from `from` to `to`, both of the last batch flushed (None otherwise).
+    pub fn elapsed(&self, from: Timestamp, to: Timestamp) -> Option<Duration> {
+        let last = self.batch.checked_sub(1)?;
+        if from.batch != last || to.batch != last {
+            return None;
+        }
+        let (a, b) = (*self.query_ns.get(from.query as usize)?, *self.query_ns.get(to.query as usize)?);
+        Some(Duration::from_nanos(b.saturating_sub(a)))
+    }
+
+    /// Reads the batch's timestamps (after its fence) into `query_ns`.
+    fn read_timestamps(&mut self) -> Result<(), VulkanError> {
+        self.query_ns.clear();
+        if self.queries_used == 0 {
+            return Ok(());
+        }
+        let mut ticks = vec![0u64; self.queries_used as usize];
+        // SAFETY: the batch that wrote these queries has finished (its fence signalled); the
+        // slice holds exactly queries_used 64-bit results.
+        unsafe {
+            self.dev.raw().get_query_pool_results(
+                self.queries,
+                0,
+                &mut ticks,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        }
+        .map_err(check("vkGetQueryPoolResults"))?;
+        let bits = self.dev.timestamp_bits;
+        let mask = if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        let period = f64::from(self.dev.info.timestamp_period);
+        self.query_ns.extend(ticks.iter().map(|t| ((t & mask) as f64 * period) as u64));
+        self.queries_used = 0;
+        Ok(())
+    }
+
     /// Records a copy of `bytes` into `dst` (staged; ordered after earlier commands).
     pub fn upload(&mut self, dst: &Slice, bytes: &[u8]) -> Result<(), VulkanError> {
         if bytes.len() as u64 != dst.len {
@@ -494,6 +586,12 @@ impl Recorder {
                 .map_err(check("vkResetDescriptorPool"))?;
             d.reset_fences(&[self.fence]).map_err(check("vkResetFences"))?;
         }
+        if self.read_timestamps().is_err() {
+            // Timestamps are diagnostics: a batch that ran is not failed for want of them.
+            self.query_ns.clear();
+            self.queries_used = 0;
+        }
+        self.batch += 1;
         self.recording = false;
         self.commands = 0;
         self.sets = 0;
@@ -539,6 +637,9 @@ impl Drop for Recorder {
         // SAFETY: every batch was waited for (flush waits on the fence; a poisoned one is idle
         // above), so the pools and the fence are unused; destroyed in reverse order of creation.
         unsafe {
+            if self.queries != vk::QueryPool::null() {
+                d.destroy_query_pool(self.queries, None);
+            }
             d.destroy_descriptor_pool(self.descriptors, None);
             d.destroy_fence(self.fence, None);
             d.destroy_command_pool(self.pool, None);

@@ -119,10 +119,27 @@ impl GemmTile {
         }
     }
 
-    /// The tile for an output of `batches` x `m` x `n`: the largest that still gives the GPU
-    /// enough workgroups to spread (then the smallest that runs here).
+    /// Parses `BMxBNxBK/TMxTN` (e.g. `128x128x8/8x8`).
+    pub fn parse(s: &str) -> Option<GemmTile> {
+        let (tile, thread) = s.trim().split_once('/')?;
+        let nums = |x: &str| -> Option<Vec<u32>> { x.split('x').map(|v| v.trim().parse().ok()).collect() };
+        match (nums(tile)?.as_slice(), nums(thread)?.as_slice()) {
+            (&[bm, bn, bk], &[tm, tn]) => Some(GemmTile { bm, bn, bk, tm, tn }),
+            _ => None,
+        }
+    }
+
+    /// The tile for an output of `batches` x `m` x `n`: `ADEADVM_GEMM_TILE` (`BMxBNxBK/TMxTN`,
+    /// for tuning experiments; ignored unless the device can run it), else the largest tile
+    /// that still gives the GPU enough workgroups to spread (then the smallest that runs here).
     fn for_shape(rec: &Recorder, batches: u64, m: u64, n: u64) -> GemmTile {
         const ENOUGH_WORKGROUPS: u64 = 192;
+        static FORCED: std::sync::OnceLock<Option<GemmTile>> = std::sync::OnceLock::new();
+        let forced =
+            FORCED.get_or_init(|| std::env::var("ADEADVM_GEMM_TILE").ok().and_then(|s| GemmTile::parse(&s)));
+        if let Some(t) = forced.filter(|t| t.unusable(rec).is_none()) {
+            return t;
+        }
         let usable: Vec<GemmTile> = GemmTile::ALL.into_iter().filter(|t| t.unusable(rec).is_none()).collect();
         let tiles = |t: &GemmTile| batches * m.div_ceil(u64::from(t.bm)) * n.div_ceil(u64::from(t.bn));
         usable
