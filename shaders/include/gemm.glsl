@@ -25,6 +25,7 @@
 //    a flushed -0 accumulator into +0).
 #ifndef ADEADVM_GEMM_GLSL
 #define ADEADVM_GEMM_GLSL
+#extension GL_EXT_control_flow_attributes : require
 #include "matmul_common.glsl"
 
 // The k one dispatch covers (ops::rows::GEMM_K_SPAN): lavapipe ends a loop after 65535
@@ -71,7 +72,7 @@ vec4 load4_a(uint base, uint n_in) {
         return a4[base / 4u];
     }
     vec4 v = vec4(0.0);
-    for (uint e = 0u; e < 4u; e++) {
+    [[unroll]] for (uint e = 0u; e < 4u; e++) {
         if (e < n_in) v[e] = a[base + e];
     }
     return v;
@@ -81,7 +82,7 @@ vec4 load4_b(uint base, uint n_in) {
         return b4[base / 4u];
     }
     vec4 v = vec4(0.0);
-    for (uint e = 0u; e < 4u; e++) {
+    [[unroll]] for (uint e = 0u; e < 4u; e++) {
         if (e < n_in) v[e] = b[base + e];
     }
     return v;
@@ -93,7 +94,7 @@ uint in_range(uint first, uint end) { return first >= end ? 0u : min(end - first
 // stored [K, M] (ta) along m; likewise b.
 void load_chunk(uint k0) {
     uint t = gl_LocalInvocationID.x;
-    for (uint l = 0u; l < LA; l++) {
+    [[unroll]] for (uint l = 0u; l < LA; l++) {
         uint idx = l * WG + t;
         if (!ta) {
             uint r = idx / (BK / 4u), kq = idx % (BK / 4u);
@@ -105,7 +106,7 @@ void load_chunk(uint k0) {
             ra[l] = gk < k_end ? load4_a(aoff + gk * M + gr, in_range(gr, M)) : vec4(0.0);
         }
     }
-    for (uint l = 0u; l < LB; l++) {
+    [[unroll]] for (uint l = 0u; l < LB; l++) {
         uint idx = l * WG + t;
         if (!tb) {
             uint kk = idx / (BN / 4u), cq = idx % (BN / 4u);
@@ -123,7 +124,7 @@ void load_chunk(uint k0) {
 // Flushes v's denormals; true when a lane is nonzero and below 2^-63 in magnitude.
 bool stage_strict(inout vec4 v) {
     bool tiny = false;
-    for (uint e = 0u; e < 4u; e++) {
+    [[unroll]] for (uint e = 0u; e < 4u; e++) {
         uint ex = floatBitsToUint(v[e]) & 0x7f800000u;
         v[e] = strict_ftz(v[e]);
         tiny = tiny || (ex != 0u && ex < (64u << 23));
@@ -136,7 +137,7 @@ bool stage_strict(inout vec4 v) {
 void store_chunk(uint buf, uint chunk) {
     uint t = gl_LocalInvocationID.x;
     bool tiny = false;
-    for (uint l = 0u; l < LA; l++) {
+    [[unroll]] for (uint l = 0u; l < LA; l++) {
         vec4 v = ra[l];
 #ifndef GEMM_FAST
         tiny = stage_strict(v) || tiny;
@@ -144,7 +145,7 @@ void store_chunk(uint buf, uint chunk) {
         uint idx = l * WG + t;
         if (!ta) {
             uint r = idx / (BK / 4u), kq = idx % (BK / 4u);
-            for (uint e = 0u; e < 4u; e++) {
+            [[unroll]] for (uint e = 0u; e < 4u; e++) {
                 As[(buf * BK + kq * 4u + e) * SA + r / 4u][r % 4u] = v[e];
             }
         } else {
@@ -152,7 +153,7 @@ void store_chunk(uint buf, uint chunk) {
             As[(buf * BK + kk) * SA + rq] = v;
         }
     }
-    for (uint l = 0u; l < LB; l++) {
+    [[unroll]] for (uint l = 0u; l < LB; l++) {
         vec4 v = rb[l];
 #ifndef GEMM_FAST
         tiny = stage_strict(v) || tiny;
@@ -163,7 +164,7 @@ void store_chunk(uint buf, uint chunk) {
             Bs[(buf * BK + kk) * SB + cq] = v;
         } else {
             uint c = idx / (BK / 4u), kq = idx % (BK / 4u);
-            for (uint e = 0u; e < 4u; e++) {
+            [[unroll]] for (uint e = 0u; e < 4u; e++) {
                 Bs[(buf * BK + kq * 4u + e) * SB + c / 4u][c % 4u] = v[e];
             }
         }
@@ -176,16 +177,16 @@ void store_chunk(uint buf, uint chunk) {
 // One step of k (kk of the chunk in shared buffer `buf`) for all the thread's outputs.
 void mac(uint buf, uint kk, bool careful) {
     vec4 av[RM], bv[RN];
-    for (uint q = 0u; q < RM; q++) {
+    [[unroll]] for (uint q = 0u; q < RM; q++) {
         av[q] = As[(buf * BK + kk) * SA + q * NTM + ty];
     }
-    for (uint qn = 0u; qn < RN; qn++) {
+    [[unroll]] for (uint qn = 0u; qn < RN; qn++) {
         bv[qn] = Bs[(buf * BK + kk) * SB + qn * NTN + tx];
     }
-    for (uint q = 0u; q < RM; q++) {
-        for (uint e = 0u; e < 4u; e++) {
-            for (uint qn = 0u; qn < RN; qn++) {
-                for (uint f = 0u; f < 4u; f++) {
+    [[unroll]] for (uint q = 0u; q < RM; q++) {
+        [[unroll]] for (uint e = 0u; e < 4u; e++) {
+            [[unroll]] for (uint qn = 0u; qn < RN; qn++) {
+                [[unroll]] for (uint f = 0u; f < 4u; f++) {
                     uint i = (q * 4u + e) * TN + qn * 4u + f;
 #ifdef GEMM_FAST
                     acc[i] = fma(av[q][e], bv[qn][f], acc[i]);
@@ -234,11 +235,11 @@ void main() {
     if (t < 2u) {
         tiny_chunk[t] = 0u;
     }
-    for (uint q = 0u; q < RM; q++) {
-        for (uint e = 0u; e < 4u; e++) {
+    [[unroll]] for (uint q = 0u; q < RM; q++) {
+        [[unroll]] for (uint e = 0u; e < 4u; e++) {
             uint r = row0 + q * 4u * NTM + ty * 4u + e;
-            for (uint qn = 0u; qn < RN; qn++) {
-                for (uint f = 0u; f < 4u; f++) {
+            [[unroll]] for (uint qn = 0u; qn < RN; qn++) {
+                [[unroll]] for (uint f = 0u; f < 4u; f++) {
                     uint c = col0 + qn * 4u * NTN + tx * 4u + f;
                     acc[(q * 4u + e) * TN + qn * 4u + f] =
                         (p.k_begin != 0u && r < M && c < N) ? y[yoff + r * N + c] : 0.0;
@@ -269,7 +270,7 @@ void main() {
         bool careful = tiny_chunk[buf] == chunk + 1u;
 #endif
         if (kc == BK && !careful) {
-            for (uint kk = 0u; kk < BK; kk++) {
+            [[unroll]] for (uint kk = 0u; kk < BK; kk++) {
                 mac(buf, kk, false);
             }
         } else {
@@ -285,16 +286,16 @@ void main() {
         chunk++;
     }
 
-    for (uint q = 0u; q < RM; q++) {
-        for (uint e = 0u; e < 4u; e++) {
+    [[unroll]] for (uint q = 0u; q < RM; q++) {
+        [[unroll]] for (uint e = 0u; e < 4u; e++) {
             uint r = row0 + q * 4u * NTM + ty * 4u + e;
             if (r >= M) {
                 continue;
             }
-            for (uint qn = 0u; qn < RN; qn++) {
+            [[unroll]] for (uint qn = 0u; qn < RN; qn++) {
                 uint c = col0 + qn * 4u * NTN + tx * 4u;
                 vec4 v;
-                for (uint f = 0u; f < 4u; f++) {
+                [[unroll]] for (uint f = 0u; f < 4u; f++) {
                     float x = acc[(q * 4u + e) * TN + qn * 4u + f];
                     if (last) {
                         x = strict_canon(x);
@@ -308,7 +309,7 @@ void main() {
                 if (y_vec && c + 4u <= N) {
                     y4[(yoff + r * N + c) / 4u] = v;
                 } else {
-                    for (uint f = 0u; f < 4u; f++) {
+                    [[unroll]] for (uint f = 0u; f < 4u; f++) {
                         if (c + f < N) y[yoff + r * N + c + f] = v[f];
                     }
                 }

@@ -402,35 +402,40 @@ pub fn matmul_with(
 
 /// Whether the strict GEMM may leave flushing its sums to the hardware on this device (the
 /// `HW_FTZ` constant of shaders/include/gemm.glsl): probed once per device by running the
-/// kernel that way on sums that round to denormals (both signs, and a flushed -0 carried on)
-/// and comparing every bit with the CPU reference. Any difference, or a failure to run the
+/// kernel that way on partial sums that are denormals of both signs, carried on into a further
+/// term, and comparing every bit with the CPU reference. Any difference, or a failure to run the
 /// probe, keeps the software flush, which is right everywhere.
 pub fn strict_gemm_hw_ftz(k: &Kernels) -> bool {
     *k.hw_ftz.get_or_init(|| probe_hw_ftz(k).unwrap_or(false))
 }
 
-fn probe_hw_ftz(k: &Kernels) -> Result<bool, VulkanError> {
-    let (m, n, kk) = (8usize, 8usize, 8usize);
-    // Operands of magnitude >= 2^-63 (the kernel's plain-product path) whose products are
-    // normal numbers near 2^-126, so partial sums land in the denormal range.
-    let scale = |bits: u32| f32::from_bits(bits);
-    let mut a = vec![0f32; m * kk];
-    let mut b = vec![0f32; kk * n];
-    for (i, v) in a.iter_mut().enumerate() {
-        // +-(1 + i/64) * 2^-60
-        let sign = if (i * 7 + i / 3) % 2 == 0 { 0 } else { 0x8000_0000 };
-        *v = scale(sign | ((127 - 60) << 23) | ((i as u32 % 64) << 17));
-    }
-    for (j, v) in b.iter_mut().enumerate() {
-        // (1 + j/32) * 2^-66, and a few exact ones so some sums carry a flushed -0 onward.
-        *v = if j % 5 == 0 { 1.0 } else { scale(((127 - 66) << 23) | ((j as u32 % 32) << 18)) };
-    }
+/// The probe's operands (m = n = 8, k = 3) and geometry.
+fn hw_ftz_probe_case() -> (Vec<f32>, Vec<f32>, MatmulShape) {
+    // out[i, j] = a[i, 0] b[0, j] + a[i, 1] b[1, j] + 2^-126 with every operand of magnitude
+    // >= 2^-63 (the kernel's plain-product path). The first two products sum to
+    // 2^-126 ((j - 1)/16 + ij/256): for most (i, j) a denormal of either sign, which the strict
+    // rule flushes before the third term is added (giving exactly 2^-126); a device that keeps
+    // it gives another number. (The epilogue flushes the final sum, so the probe needs the
+    // third term to see what the hardware did in the middle.)
+    let (m, n, kk) = (8usize, 8usize, 3usize);
+    let p63 = |x: f32| x * f32::from_bits((127 - 63) << 23);
+    let a: Vec<f32> = (0..m)
+        .flat_map(|i| [p63(1.0 + i as f32 / 16.0), -p63(1.0 + (i + 1) as f32 / 16.0), p63(1.0)])
+        .collect();
+    let b: Vec<f32> = (0..n)
+        .map(|j| p63(1.0 + j as f32 / 16.0))
+        .chain((0..n).map(|_| p63(1.0)))
+        .chain((0..n).map(|_| p63(1.0)))
+        .collect();
     let g = MatmulShape { a: vec![m, kk], b: vec![kk, n], out: vec![m, n], ta: false, tb: false };
+    (a, b, g)
+}
+
+fn probe_hw_ftz(k: &Kernels) -> Result<bool, VulkanError> {
+    let (a, b, g) = hw_ftz_probe_case();
+    let (m, n) = (g.out[0], g.out[1]);
     let mut want = vec![0f32; m * n];
     reference::matmul(&g, &a, &b, None, Act::None, &mut want);
-    if !want.iter().any(|v| v.to_bits() == 0x8000_0000) {
-        return Ok(false); // the probe must exercise a flushed -0 to prove anything
-    }
     let dev = k.device().clone();
     let mut rec = Recorder::new(&dev)?;
     let upload = |rec: &mut Recorder, v: &[f32]| -> Result<Slice, VulkanError> {
@@ -895,6 +900,26 @@ mod tests {
         // Bias [m, 1]: a row stride, no column stride.
         let p = MatmulPlan::new(&shape(&[4, 5], &[5, 6], &[4, 6]), Some(&[4, 1])).unwrap();
         assert_eq!((p.bias_sm, p.bias_sn, p.bias_elems), (1, 0, 4));
+    }
+
+    /// The probe can tell: keeping the denormal partial sums gives other bits than flushing them.
+    #[test]
+    fn hw_ftz_probe_sees_kept_denormals() {
+        let (a, b, g) = hw_ftz_probe_case();
+        let (m, n) = (g.out[0], g.out[1]);
+        let mut flushed = vec![0f32; m * n];
+        reference::matmul(&g, &a, &b, None, Act::None, &mut flushed);
+        // IEEE arithmetic that keeps denormals (Rust's default), then the epilogue's flush.
+        let kept = |i: usize, j: usize| {
+            let s = (0..3).fold(0f32, |acc, p| acc + a[i * 3 + p] * b[p * n + j]);
+            if s.is_subnormal() {
+                0.0
+            } else {
+                s
+            }
+        };
+        let differ = (0..m * n).filter(|&o| flushed[o].to_bits() != kept(o / n, o % n).to_bits()).count();
+        assert!(differ > m * n / 2, "only {differ} of {} outputs tell flushing from keeping", m * n);
     }
 
     #[test]
