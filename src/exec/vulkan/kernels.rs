@@ -29,13 +29,35 @@ pub const SHADERS: &[(&str, &[u8])] = &[
     ("layernorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/layernorm.spv"))),
     ("rmsnorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rmsnorm.spv"))),
     ("reduce", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/reduce.spv"))),
-    ("gemm_strict", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_strict.spv"))),
-    ("gemm_fast", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_fast.spv"))),
+    (
+        "gemm_strict_128x128",
+        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_strict_128x128.spv")),
+    ),
+    (
+        "gemm_strict_128x64",
+        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_strict_128x64.spv")),
+    ),
+    (
+        "gemm_strict_64x64",
+        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_strict_64x64.spv")),
+    ),
+    (
+        "gemm_fast_128x128",
+        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_fast_128x128.spv")),
+    ),
+    (
+        "gemm_fast_128x64",
+        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_fast_128x64.spv")),
+    ),
+    (
+        "gemm_fast_64x64",
+        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_fast_64x64.spv")),
+    ),
 ];
 
 /// The shaders that run only in the fast tier: they may fuse (FMA) and need not repeat the CPU's
 /// bits, so the strict-arithmetic checks of tests/vulkan.rs skip them.
-pub const FAST_SHADERS: &[&str] = &["gemm_fast"];
+pub const FAST_SHADERS: &[&str] = &["gemm_fast_128x128", "gemm_fast_128x64", "gemm_fast_64x64"];
 
 /// The built-in kernels of one device, each pipeline built on first use and kept.
 pub struct Kernels {

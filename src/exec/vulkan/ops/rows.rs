@@ -59,10 +59,11 @@ const MAX_GROUPS: u32 = 65535;
 /// Matmul output tile of the GELU kernel (shaders/include/matmul.glsl TM, TN).
 const MATMUL_TILE: u64 = 64;
 
-/// The geometry of the register-tiled GEMM kernels (shaders/include/gemm.glsl, specialization
-/// constants 0..=5): a workgroup of `(bm / tm) * (bn / tn)` threads computes a `bm` x `bn` output
-/// tile, staging `bk` of k at a time; each thread owns `tm` x `tn` outputs. No choice changes a
-/// result bit (every output still sums k ascending).
+/// The geometry of the register-tiled GEMM kernels (shaders/include/gemm.glsl; one compiled
+/// shader per geometry and tier, shaders/gemm_{strict,fast}_BMxBN.comp): a workgroup of
+/// `(bm / tm) * (bn / tn)` threads computes a `bm` x `bn` output tile, staging `bk` of k at a
+/// time; each thread owns `tm` x `tn` outputs. No choice changes a result bit (every output
+/// still sums k ascending).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmTile {
     pub bm: u32,
@@ -93,16 +94,21 @@ impl GemmTile {
         2 * u64::from(self.bk) * (u64::from(self.bm + 4) + u64::from(self.bn + 4)) * 4 + 8
     }
 
+    /// The compiled shader of this geometry in `tier` (None: no shader has it).
+    fn shader(&self, tier: Tier) -> Option<&'static str> {
+        let i = GemmTile::ALL.iter().position(|t| t == self)?;
+        Some(match tier {
+            Tier::Strict => ["gemm_strict_128x128", "gemm_strict_128x64", "gemm_strict_64x64"][i],
+            Tier::Fast => ["gemm_fast_128x128", "gemm_fast_128x64", "gemm_fast_64x64"][i],
+        })
+    }
+
     /// Why the kernel cannot run this geometry on `rec`'s device, if it cannot.
     pub fn unusable(&self, rec: &Recorder) -> Option<String> {
-        let GemmTile { bm, bn, bk, tm, tn } = *self;
         let wg = self.threads();
         let info = &rec.device().info;
-        let fits = |x: u32| x > 0 && (x * bk) % (4 * wg.max(1)) == 0;
-        if [tm, tn, bk].iter().any(|&x| x == 0 || x % 4 != 0) || bm % tm.max(1) != 0 || bn % tn.max(1) != 0 {
-            Some(format!("{self:?}: tm, tn and bk must be multiples of 4 dividing the tile"))
-        } else if !fits(bm) || !fits(bn) {
-            Some(format!("{self:?}: each thread must stage whole vec4s of both operands"))
+        if self.shader(Tier::Strict).is_none() {
+            Some(format!("{self:?} is not one of the compiled geometries {:?}", GemmTile::ALL))
         } else if wg > info.max_compute_workgroup_invocations || wg > info.max_compute_workgroup_size[0] {
             Some(format!(
                 "{self:?}: {wg} threads a workgroup; the device allows {}",
@@ -150,9 +156,14 @@ impl GemmTile {
             .unwrap_or(GemmTile::SMALL)
     }
 
-    /// The specialization constants of shaders/include/gemm.glsl.
-    fn spec(&self, hw_ftz: bool) -> [u32; 7] {
-        [self.bm, self.bn, self.bk, self.tm, self.tn, self.threads(), u32::from(hw_ftz)]
+    /// The compiled shader of this geometry for `tier` on `k`'s device, with its
+    /// specialization constant (HW_FTZ, strict tier only).
+    fn kernel(&self, k: &Kernels, tier: Tier) -> Result<Arc<Kernel>, VulkanError> {
+        let name = self.shader(tier).ok_or_else(|| invalid(format!("{self:?}: no such GEMM shader")))?;
+        match tier {
+            Tier::Fast => k.specialized(name, &[0]),
+            Tier::Strict => k.specialized(name, &[u32::from(strict_gemm_hw_ftz(k))]),
+        }
     }
 }
 
@@ -365,10 +376,7 @@ pub fn matmul_with(
             }
             None => GemmTile::for_shape(rec, u64::from(plan.batches), u64::from(plan.m), u64::from(plan.n)),
         };
-        let kernel = match tier {
-            Tier::Fast => k.specialized("gemm_fast", &tile.spec(false))?,
-            Tier::Strict => k.specialized("gemm_strict", &tile.spec(strict_gemm_hw_ftz(k)))?,
-        };
+        let kernel = tile.kernel(k, tier)?;
         (kernel, u64::from(tile.bm), u64::from(tile.bn), GEMM_K_SPAN)
     };
     let flags = u32::from(g.ta)
@@ -445,7 +453,8 @@ fn probe_hw_ftz(k: &Kernels) -> Result<bool, VulkanError> {
     };
     let (sa, sb) = (upload(&mut rec, &a)?, upload(&mut rec, &b)?);
     let dst = Arc::new(Buffer::new(&dev, (m * n * 4) as u64)?).whole();
-    let kernel = k.specialized("gemm_strict", &GemmTile::SMALL.spec(true))?;
+    let name = GemmTile::SMALL.shader(Tier::Strict).unwrap_or_default();
+    let kernel = k.specialized(name, &[1])?;
     let plan = MatmulPlan::new(&g, None)?;
     let mut push = vec![0u32; 24];
     push.extend([plan.m, plan.n, plan.k, 0, 0, 0, 0]);
