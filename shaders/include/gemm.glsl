@@ -1,7 +1,7 @@
 // gemm.glsl -- the register-tiled MATMUL kernels (shaders/gemm_strict.comp, gemm_fast.comp) for
 // act none and relu; GELU stays with matmul.glsl.
 //
-// Geometry (compiled in, one shader per choice; ops::rows::GemmTile picks by shape): a workgroup of
+// Geometry (compiled in, one shader per choice of ops::rows::GemmTile): a workgroup of
 // WG = (BM/TM)*(BN/TN) threads computes a BM x BN output tile; each thread owns TM x TN outputs
 // as RM = TM/4 row quads and RN = TN/4 column quads spread over the tile (rows
 // q*4*(BM/TM) + ty*4 + e), so shared-memory reads are vec4 and conflict-free. k is staged BK at a

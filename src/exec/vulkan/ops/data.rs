@@ -138,7 +138,11 @@ pub fn unary(
     let n32 = to_u32(n as u64, "the element count")?;
     fits(dst, "the destination", n as u64)?;
     fits(x, "the source", n as u64)?;
-    launch(k, rec, "unary", &[Binding::write(dst), Binding::read(x)], &[n32, unary_op_code(op), 0], n as u64)
+    // One pipeline per op (its code as specialization constant 0; see shaders/unary.comp).
+    let code = unary_op_code(op);
+    let kernel = k.specialized("unary", &[code])?;
+    let groups = groups_for(rec.device(), n as u64, LOCAL_SIZE);
+    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(x)], &[n32, code, 0], groups)
 }
 
 /// `dst = -x` (`neg`) or `|x|` over `n` i32 elements, wrapping like Rust's `wrapping_neg` /
