@@ -594,3 +594,45 @@ fn a_missing_device_or_loader_is_a_clear_error() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The profiler on the device: every instruction that ran on the GPU carries its GPU time
+/// (timestamps), the table gains a GPU column, the trace a `gpu` lane; instructions on the CPU
+/// carry none.
+#[test]
+fn profile_has_gpu_times_on_vulkan() {
+    if !vulkan() {
+        return;
+    }
+    use adeadvm::profile::Profiler;
+    use adeadvm::vm::{Observer, StepEvent, Vm, Wants};
+    struct GpuTimes(Vec<(String, bool)>);
+    impl Observer for GpuTimes {
+        fn wants(&self) -> Wants {
+            Wants { timing: true, written: false }
+        }
+        fn step(&mut self, e: &StepEvent<'_>) -> std::ops::ControlFlow<()> {
+            let name = e.instruction.insn.opcode().info().mnemonic.to_string();
+            self.0.push((name, e.gpu_elapsed.is_some()));
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let p = build(
+        ".input %x f32[64, 64]\n.output y f32[64, 64]\nALLOC %t: f32[64, 64]\nMATMUL %t, %x, %x\nEXP@cpu %t, %t\nSTORE y, %t\nFREE %t\n",
+    );
+    let x = f32s(&[64, 64], &Rng(3).vec(64 * 64, -1.0, 1.0));
+    let mut vm = Vm::new(p, gpu()).unwrap();
+    vm.set_input("x", x).unwrap();
+    let mut seen = GpuTimes(Vec::new());
+    vm.run_observed(&mut seen).unwrap();
+    let timed: Vec<(&str, bool)> = seen.0.iter().map(|(n, g)| (n.as_str(), *g)).collect();
+    assert!(timed.contains(&("MATMUL", true)), "{timed:?}");
+    assert!(timed.contains(&("EXP", false)), "EXP ran on the CPU: {timed:?}");
+    let mut prof = Profiler::new(true);
+    vm.run_observed(&mut prof).unwrap();
+    let table = prof.table();
+    assert!(table.lines().next().unwrap().contains("GPU (ms)"), "{table}");
+    let matmul = table.lines().find(|l| l.starts_with("MATMUL")).unwrap();
+    assert!(!matmul.split_whitespace().nth(3).unwrap().starts_with('-'), "{table}");
+    let trace = prof.chrome_trace();
+    assert!(trace.contains("\"args\":{\"name\":\"gpu\"}") && trace.contains("\"cat\":\"gpu\""), "{trace}");
+}
