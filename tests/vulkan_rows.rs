@@ -447,7 +447,7 @@ fn gemm_flushes_denormal_sums_like_the_cpu() {
             (0..len)
                 .map(|i| {
                     let r = mix(seed ^ (i as u64) << 8);
-                    let e = if r % 7 == 0 { e + 1 } else { e };
+                    let e = if r.is_multiple_of(7) { e + 1 } else { e };
                     f32::from_bits((r & 0x807f_ffff) | (e << 23))
                 })
                 .collect()

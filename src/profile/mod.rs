@@ -27,12 +27,14 @@ pub struct OpTotals {
     pub bytes: u64,
 }
 
+/// One executed instruction: (index, opcode, start, wall time, GPU time).
+type Event = (usize, Opcode, Duration, Duration, Option<Duration>);
+
 /// Collects per-opcode totals and, optionally, one trace event per step.
 #[derive(Default)]
 pub struct Profiler {
     pub totals: BTreeMap<Opcode, OpTotals>,
-    /// (index, opcode, start, wall time, GPU time)
-    events: Option<Vec<(usize, Opcode, Duration, Duration, Option<Duration>)>>,
+    events: Option<Vec<Event>>,
     clock: Duration,
 }
 

@@ -59,11 +59,13 @@ pub const SHADERS: &[(&str, &[u8])] = &[
 /// bits, so the strict-arithmetic checks of tests/vulkan.rs skip them.
 pub const FAST_SHADERS: &[&str] = &["gemm_fast_128x128", "gemm_fast_128x64", "gemm_fast_64x64"];
 
+/// Built pipelines by (shader, specialization constants).
+type Built = HashMap<(&'static str, Vec<u32>), Arc<Kernel>>;
+
 /// The built-in kernels of one device, each pipeline built on first use and kept.
 pub struct Kernels {
     dev: Arc<Device>,
-    /// Built pipelines by (shader, specialization constants).
-    built: Mutex<HashMap<(&'static str, Vec<u32>), Arc<Kernel>>>,
+    built: Mutex<Built>,
     /// ops::rows::strict_gemm_hw_ftz's probe result, once made.
     pub(crate) hw_ftz: OnceLock<bool>,
 }

@@ -315,7 +315,6 @@ fn dispatch_rows(
 /// be the broadcast of theirs. The bias, if any, broadcasts to the whole output shape (`[n]`,
 /// `[m, 1]`, the full shape, ...). `act` is applied last, as `reference::activate`.
 #[allow(clippy::too_many_arguments)]
-#[allow(clippy::too_many_arguments)]
 pub fn matmul(
     k: &Kernels,
     rec: &mut Recorder,
