@@ -18,6 +18,15 @@ use super::vmath as vm;
 use crate::exec::cpu::reference::{Binary, Unary};
 use crate::numerics as nx;
 
+/// `p[..t]` (t in 1..=N) as a vector, the other lanes 0.
+#[inline(always)]
+unsafe fn ld_n<L: Lanes>(p: *const f32, t: usize) -> L {
+    if t == L::N {
+        L::load(p)
+    } else {
+        L::load_part(p, t)
+    }
+}
 /// Stores `v` to `p[..N]`.
 #[inline(always)]
 unsafe fn st<L: Lanes>(p: *mut f32, v: L) {
@@ -435,21 +444,24 @@ pub(super) unsafe fn softmax_row<L: Lanes, const F: bool>(
     assert!(x.len() == n && !matches!(mask, RowMask::Row(m) if m.len() < n));
     let sc = L::splat(scale);
     let (px, po) = (x.as_ptr(), out.as_mut_ptr());
-    let logit = |i: usize, v: L| -> L {
-        let l = L::mul(v, sc);
-        match mask {
-            RowMask::None => l,
-            RowMask::Row(m) => L::add(l, L::load_part(m.as_ptr().add(i), L::N.min(n - i))),
-            RowMask::Splat(m) => L::add(l, L::splat(m)),
-        }
-    };
+    // (A macro, not a closure: a closure would be compiled without the width's features.)
+    macro_rules! logit {
+        ($i:expr, $v:expr) => {{
+            let l = L::mul($v, sc);
+            match mask {
+                RowMask::None => l,
+                RowMask::Row(m) => L::add(l, L::load_part(m.as_ptr().add($i), L::N.min(n - $i))),
+                RowMask::Splat(m) => L::add(l, L::splat(m)),
+            }
+        }};
+    }
     let mut i = 0;
     while i + L::N <= n {
-        st(po.add(i), logit(i, L::load(px.add(i))));
+        st(po.add(i), logit!(i, L::load(px.add(i))));
         i += L::N;
     }
     if i < n {
-        st_part(po.add(i), logit(i, L::load_part(px.add(i), n - i)), n - i);
+        st_part(po.add(i), logit!(i, L::load_part(px.add(i), n - i)), n - i);
     }
     let m = tree::<L, { kind::MAX }, F>(po, n, 0.0, po);
     let s = tree::<L, { kind::EXP_SUM }, F>(po, n, m, po);
@@ -492,29 +504,39 @@ unsafe fn affine_row<L: Lanes>(
     let po = out.as_mut_ptr();
     let ps = src.map_or(po as *const f32, |s| s.as_ptr());
     let rv = L::splat(rs);
-    let f = |i: usize, t: usize| {
-        let ld = |p: *const f32| if t == L::N { L::load(p.add(i)) } else { L::load_part(p.add(i), t) };
-        let mut y = L::mul(ld(ps), rv);
-        if let Some(g) = gamma {
-            y = L::mul(y, ld(g.as_ptr()));
-        }
-        if let Some(b) = beta {
-            y = L::add(y, ld(b.as_ptr()));
-        }
-        y = vm::fix_nan(y);
-        if t == L::N {
-            st(po.add(i), y)
-        } else {
-            st_part(po.add(i), y, t)
-        }
-    };
     let mut i = 0;
     while i + L::N <= n {
-        f(i, L::N);
+        affine_part::<L>(ps, po, rv, gamma, beta, i, L::N);
         i += L::N;
     }
     if i < n {
-        f(i, n - i);
+        affine_part::<L>(ps, po, rv, gamma, beta, i, n - i);
+    }
+}
+
+/// `t` lanes (1..=N) of [`affine_row`] at `i`.
+#[inline(always)]
+unsafe fn affine_part<L: Lanes>(
+    ps: *const f32,
+    po: *mut f32,
+    rv: L,
+    gamma: Option<&[f32]>,
+    beta: Option<&[f32]>,
+    i: usize,
+    t: usize,
+) {
+    let mut y = L::mul(ld_n::<L>(ps.add(i), t), rv);
+    if let Some(g) = gamma {
+        y = L::mul(y, ld_n::<L>(g.as_ptr().add(i), t));
+    }
+    if let Some(b) = beta {
+        y = L::add(y, ld_n::<L>(b.as_ptr().add(i), t));
+    }
+    y = vm::fix_nan(y);
+    if t == L::N {
+        st(po.add(i), y)
+    } else {
+        st_part(po.add(i), y, t)
     }
 }
 
