@@ -35,6 +35,9 @@ use crate::isa::{DType, Insn, Opcode, TensorId};
 /// Least work (elements of the output or first source, or multiply-adds for MATMUL) for an instruction to join a
 /// batch: below it a task costs more than running in line.
 const MIN_WORK: u64 = 1 << 14;
+/// Least output values for an instruction to start a batch (it may still join one with
+/// fewer, e.g. a reduction to a short row).
+const START_MIN: u64 = 64;
 /// Most tensor instructions in one batch.
 const MAX_BATCH: usize = 8;
 
@@ -238,6 +241,7 @@ impl Vm {
     /// Runs the instructions from `pc` on as a batch of concurrent tasks if at least two large
     /// independent float kernels start there (see the module docs), reporting each to
     /// `observer` in program order. None: no batch; the caller runs `pc` as usual.
+    #[inline]
     pub(super) fn run_independent(
         &mut self,
         p: &Program,
@@ -246,10 +250,29 @@ impl Vm {
         steps: u64,
         observer: &mut dyn Observer,
     ) -> Option<Ran> {
+        // This runs before every instruction of a plain run: the cheap tests here, the rest in
+        // `run_batch`, out of line.
         self.pool.as_ref()?;
+        let dst = self.writes[pc]?;
+        if f.counts[dst.0 as usize] < START_MIN {
+            return None;
+        }
+        self.run_batch(p, f, pc, steps, observer)
+    }
+
+    /// [`Vm::run_independent`] past its first tests.
+    #[inline(never)]
+    fn run_batch(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        pc: usize,
+        steps: u64,
+        observer: &mut dyn Observer,
+    ) -> Option<Ran> {
+        let first = self.member(p, f, pc, &self.program.instructions()[pc].insn)?;
         let program = self.program.clone();
         let code = program.instructions();
-        let first = self.member(p, f, pc, &code[pc].insn)?;
         let budget = self.config.max_steps.map_or(usize::MAX, |m| m.saturating_sub(steps) as usize);
         let mut members = vec![first];
         let mut end = pc + 1;
@@ -311,8 +334,7 @@ impl Vm {
             })
         });
         let mut ran = Ran { steps: 0, stop: false };
-        for index in pc..end {
-            let instruction = &code[index];
+        for (index, instruction) in code.iter().enumerate().take(end).skip(pc) {
             let cost = match operands(&instruction.insn) {
                 Some((dst, srcs)) => cost(f, &instruction.insn, dst, &srcs),
                 None => (0, 0),

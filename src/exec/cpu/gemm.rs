@@ -33,8 +33,11 @@ use crate::numerics as nx;
 pub const MR: usize = 6;
 /// AVX2 microkernel columns (two ymm vectors of B per k step); AVX-512 uses 32.
 pub const NR: usize = 16;
-/// Depth of one packed block: a KC×NR B micro-panel (16 KiB) stays in L1.
+/// Depth of one packed block for the AVX2 kernel: a KC×NR B micro-panel (16 KiB) and an A
+/// micro-panel stay in a 32 KiB L1.
 const KC: usize = 256;
+/// The same for the AVX-512 kernel (NR = 32): 16 KiB of B micro-panel.
+const KC512: usize = 128;
 /// Rows of A packed per block (rounded up to a multiple of the kernel's rows): MC×KC floats
 /// (144 KiB) stay in L2.
 const MC: usize = 144;
@@ -329,6 +332,8 @@ mod x86 {
         const MR: usize;
         /// Tile columns (whole vectors of B per k step).
         const NR: usize;
+        /// Depth of one packed block: a KC×NR B micro-panel plus an A micro-panel stay in L1.
+        const KC: usize;
         /// One MR×NR tile (see [`tile`]).
         ///
         /// # Safety
@@ -356,6 +361,7 @@ mod x86 {
     impl Micro for Avx2 {
         const MR: usize = MR;
         const NR: usize = NR;
+        const KC: usize = KC;
         unsafe fn tile(
             strict: bool,
             kc: usize,
@@ -375,6 +381,7 @@ mod x86 {
     impl Micro for Avx512 {
         const MR: usize = 12;
         const NR: usize = 32;
+        const KC: usize = KC512;
         unsafe fn tile(
             strict: bool,
             kc: usize,
@@ -469,13 +476,13 @@ mod x86 {
         let k = ops.k;
         let nc_max = NC.min((r.j1 - r.j0).next_multiple_of(nr));
         let mc_max = MC.next_multiple_of(mr).min((r.i1 - r.i0).next_multiple_of(mr));
-        let kc_max = KC.min(k);
+        let kc_max = K::KC.min(k);
         let bpack = aligned(bbuf, kc_max * nc_max);
         let apack = aligned(abuf, kc_max * mc_max);
         for jc in (r.j0..r.j1).step_by(NC) {
             let nc = NC.min(r.j1 - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
+            for pc in (0..k).step_by(K::KC) {
+                let kc = K::KC.min(k - pc);
                 let (first, last) = (pc == 0, pc + kc == k);
                 pack_b(ops, nr, pc, kc, jc, nc, bpack);
                 for ic in (r.i0..r.i1).step_by(mc_max) {

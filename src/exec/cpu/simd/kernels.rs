@@ -112,12 +112,15 @@ unsafe fn binary_v<L: Lanes, const OP: u8, const F: bool>(a: L, b: L) -> L {
 }
 
 /// One contiguous segment: `out[i] = op(a[i], b[i])`, where an operand marked `AS`/`BS` is a
-/// single value used for every `i`.
+/// single value used for every `i`. `nt`: write whole vectors with non-temporal stores (for
+/// outputs far larger than the caches: no read-for-ownership of lines that are overwritten
+/// whole), fenced before returning. Every output gets the same value either way.
 #[inline(always)]
 unsafe fn binary_seg<L: Lanes, const OP: u8, const F: bool, const AS: bool, const BS: bool>(
     a: &[f32],
     b: &[f32],
     out: &mut [f32],
+    nt: bool,
 ) {
     let n = out.len();
     assert!(
@@ -125,16 +128,42 @@ unsafe fn binary_seg<L: Lanes, const OP: u8, const F: bool, const AS: bool, cons
     );
     let (pa, pb, po) = (a.as_ptr(), b.as_ptr(), out.as_mut_ptr());
     let (sa, sb) = (L::splat(a[0]), L::splat(b[0]));
+    // `t` (1..=N) outputs from `i` on, with partial loads and stores (a macro: a closure would
+    // be compiled without the width's instruction set).
+    macro_rules! part {
+        ($i:expr, $t:expr) => {{
+            let (i, t) = ($i, $t);
+            let va = if AS { sa } else { L::load_part(pa.add(i), t) };
+            let vb = if BS { sb } else { L::load_part(pb.add(i), t) };
+            st_part(po.add(i), binary_v::<L, OP, F>(va, vb), t);
+            t
+        }};
+    }
     let mut i = 0;
+    if nt {
+        // Up to the output's first 64-byte boundary, so that every streamed vector is aligned.
+        let head = ((64 - po as usize % 64) % 64 / 4).min(n);
+        while i < head {
+            i += part!(i, (head - i).min(L::N));
+        }
+    }
     // Four independent vectors per step keep more loads in flight (memory-bound ops).
     while i + 4 * L::N <= n {
         for u in 0..4 {
             let j = i + u * L::N;
             let va = if AS { sa } else { L::load(pa.add(j)) };
             let vb = if BS { sb } else { L::load(pb.add(j)) };
-            st(po.add(j), binary_v::<L, OP, F>(va, vb));
+            let y = binary_v::<L, OP, F>(va, vb);
+            if nt {
+                y.stream(po.add(j))
+            } else {
+                st(po.add(j), y)
+            }
         }
         i += 4 * L::N;
+    }
+    if nt {
+        super::lanes::store_fence();
     }
     while i + L::N <= n {
         let va = if AS { sa } else { L::load(pa.add(i)) };
@@ -143,10 +172,7 @@ unsafe fn binary_seg<L: Lanes, const OP: u8, const F: bool, const AS: bool, cons
         i += L::N;
     }
     if i < n {
-        let t = n - i;
-        let va = if AS { sa } else { L::load_part(pa.add(i), t) };
-        let vb = if BS { sb } else { L::load_part(pb.add(i), t) };
-        st_part(po.add(i), binary_v::<L, OP, F>(va, vb), t);
+        part!(i, n - i);
     }
 }
 
@@ -161,7 +187,8 @@ pub(super) enum Side {
     Col(usize),
 }
 
-/// `out = op(a, b)` for the output elements `start..start + out.len()`, one operand `Full`.
+/// `out = op(a, b)` for the output elements `start..start + out.len()`, one operand `Full`;
+/// `nt`: non-temporal stores (see `binary_seg`).
 ///
 /// # Safety
 /// As for every function here (see the module docs). The operands must be as long as their `Side` says for an
@@ -177,15 +204,16 @@ pub(super) unsafe fn binary_range<L: Lanes>(
     sb: Side,
     out: &mut [f32],
     start: usize,
+    nt: bool,
 ) {
     macro_rules! seg {
         ($as:literal, $bs:literal, $x:expr, $y:expr, $o:expr) => {{
             macro_rules! tier {
                 ($k:literal) => {
                     if fast {
-                        binary_seg::<L, $k, true, $as, $bs>($x, $y, $o)
+                        binary_seg::<L, $k, true, $as, $bs>($x, $y, $o, nt)
                     } else {
-                        binary_seg::<L, $k, false, $as, $bs>($x, $y, $o)
+                        binary_seg::<L, $k, false, $as, $bs>($x, $y, $o, nt)
                     }
                 };
             }
@@ -242,9 +270,16 @@ pub(super) unsafe fn binary_range<L: Lanes>(
 /// # Safety
 /// As for every function here (see the module docs).
 #[inline(always)]
-pub(super) unsafe fn binary_scalar<L: Lanes>(op: Binary, fast: bool, a: &[f32], s: f32, out: &mut [f32]) {
+pub(super) unsafe fn binary_scalar<L: Lanes>(
+    op: Binary,
+    fast: bool,
+    a: &[f32],
+    s: f32,
+    out: &mut [f32],
+    nt: bool,
+) {
     let n = out.len();
-    binary_range::<L>(op, fast, &a[..n], Side::Full, &[s], Side::Col(usize::MAX), out, 0);
+    binary_range::<L>(op, fast, &a[..n], Side::Full, &[s], Side::Col(usize::MAX), out, 0, nt);
 }
 
 // ---- the 256-lane reduction tree ------------------------------------------------------------

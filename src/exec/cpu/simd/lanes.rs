@@ -35,6 +35,9 @@ pub(super) trait Lanes: Copy {
     unsafe fn load(p: *const f32) -> Self;
     /// `p[..N]` writable.
     unsafe fn store(self, p: *mut f32);
+    /// Non-temporal store of `p[..N]`; `p` must be aligned to the vector size (`4 * N` bytes).
+    /// Weakly ordered: [`store_fence`] before anyone else may read it.
+    unsafe fn stream(self, p: *mut f32);
     /// Lanes `..t` from `p[..t]` (t in 1..=N), the others 0. Reads nothing past `p[t - 1]`.
     unsafe fn load_part(p: *const f32, t: usize) -> Self;
     /// Lanes `..t` to `p[..t]` (t in 1..=N). Writes nothing past `p[t - 1]`.
@@ -125,6 +128,15 @@ pub(super) unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Orders earlier non-temporal stores before every later store (`sfence`).
+///
+/// # Safety
+/// None beyond x86-64 (SSE is part of the baseline); `unsafe` only as the intrinsic is.
+#[inline(always)]
+pub(super) unsafe fn store_fence() {
+    _mm_sfence()
+}
+
 impl Lanes for __m256 {
     const N: usize = 8;
     type I = __m256i;
@@ -145,6 +157,10 @@ impl Lanes for __m256 {
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
         _mm256_storeu_ps(p, self)
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut f32) {
+        _mm256_stream_ps(p, self)
     }
     #[inline(always)]
     unsafe fn load_part(p: *const f32, t: usize) -> Self {
@@ -347,6 +363,10 @@ impl Lanes for __m512 {
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
         _mm512_storeu_ps(p, self)
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut f32) {
+        _mm512_stream_ps(p, self)
     }
     #[inline(always)]
     unsafe fn load_part(p: *const f32, t: usize) -> Self {

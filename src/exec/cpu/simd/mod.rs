@@ -77,6 +77,10 @@ use crate::isa::Tier;
 
 /// Work (elements times a per-element cost) below which a call runs on the calling thread.
 pub const INLINE_WORK: usize = 1 << 15;
+/// Outputs (f32) from which binary ops write with non-temporal stores: 16 MiB, beyond the
+/// caches of the machines this targets, where read-for-ownership of the output would cost a
+/// quarter of the memory traffic. Same values either way.
+const STREAM_MIN: usize = 1 << 22;
 /// Work per chunk when a call is split over the pool.
 const CHUNK_WORK: usize = 1 << 14;
 
@@ -170,13 +174,14 @@ pub fn binary_scalar(ctx: &Ctx, op: Binary, a: &[f32], s: f32, out: &mut [f32]) 
         let n = out.len().min(a.len());
         let fast = fast(ctx);
         let cost = if op == Binary::Div { 4 } else { 1 };
+        let nt = n >= STREAM_MIN;
         run_chunks(
             ctx,
             &mut out[..n],
             1,
             cost,
             16,
-            |st, o| with_lanes!(ctx, L => kernels::binary_scalar::<L>(op, fast, &a[st..st + o.len()], s, o)),
+            |st, o| with_lanes!(ctx, L => kernels::binary_scalar::<L>(op, fast, &a[st..st + o.len()], s, o, nt)),
         );
     }
 }
@@ -256,10 +261,11 @@ pub fn binary(
             if sa == Side::Full || sb == Side::Full {
                 let fast = fast(ctx);
                 let cost = if op == Binary::Div { 4 } else { 1 };
+                let nt = total >= STREAM_MIN;
                 run_chunks(ctx, &mut out[..total], 1, cost, 16, |st, o| {
                     // `side` proved that each operand has the length its layout needs for
                     // `total` outputs (what `binary_range` requires).
-                    with_lanes!(ctx, L => kernels::binary_range::<L>(op, fast, a, sa, b, sb, o, st))
+                    with_lanes!(ctx, L => kernels::binary_range::<L>(op, fast, a, sa, b, sb, o, st, nt))
                 });
                 return;
             }
