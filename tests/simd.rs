@@ -341,100 +341,90 @@ proptest! {
 
     #[test]
     fn unary_matches(seed: u64, len in 0usize..2000, mix in 0u32..100, op in 0usize..10) {
-        {
-            let mut rng = Rng(seed);
-            let a = rng.values(len, mix);
-            let op = UNARY[op];
-            check(&format!("{op:?} len {len}"), len, |o| r::unary(op, &a, o), |c, o| simd::unary(c, op, &a, o));
-        }
+        let mut rng = Rng(seed);
+        let a = rng.values(len, mix);
+        let op = UNARY[op];
+        check(&format!("{op:?} len {len}"), len, |o| r::unary(op, &a, o), |c, o| simd::unary(c, op, &a, o));
     }
 
     #[test]
     fn binary_matches(seed: u64, mix in 0u32..100, op in 0usize..6, swap: bool, scalar: bool) {
-        {
-            let mut rng = Rng(seed);
-            let op = BINARY[op];
-            let (out, bs) = broadcast_shapes(&mut rng);
-            let (as_, bs) = if swap { (bs, out.clone()) } else { (out.clone(), bs) };
-            let n: usize = out.iter().product();
-            let a = rng.values(as_.iter().product(), mix);
-            let b = rng.values(bs.iter().product(), mix);
+        let mut rng = Rng(seed);
+        let op = BINARY[op];
+        let (out, bs) = broadcast_shapes(&mut rng);
+        let (as_, bs) = if swap { (bs, out.clone()) } else { (out.clone(), bs) };
+        let n: usize = out.iter().product();
+        let a = rng.values(as_.iter().product(), mix);
+        let b = rng.values(bs.iter().product(), mix);
+        check(
+            &format!("{op:?} {as_:?} {bs:?} -> {out:?}"),
+            n,
+            |o| r::binary(op, &a, &as_, &b, &bs, o, &out),
+            |c, o| simd::binary(c, op, &a, &as_, &b, &bs, o, &out),
+        );
+        if scalar {
+            let s = b.first().copied().unwrap_or(0.0);
+            let a = &a[..a.len().min(n)];
             check(
-                &format!("{op:?} {as_:?} {bs:?} -> {out:?}"),
-                n,
-                |o| r::binary(op, &a, &as_, &b, &bs, o, &out),
-                |c, o| simd::binary(c, op, &a, &as_, &b, &bs, o, &out),
+                &format!("{op:?} scalar {s:e}"),
+                a.len(),
+                |o| r::binary_scalar(op, a, s, o),
+                |c, o| simd::binary_scalar(c, op, a, s, o),
             );
-            if scalar {
-                let s = b.first().copied().unwrap_or(0.0);
-                let a = &a[..a.len().min(n)];
-                check(
-                    &format!("{op:?} scalar {s:e}"),
-                    a.len(),
-                    |o| r::binary_scalar(op, a, s, o),
-                    |c, o| simd::binary_scalar(c, op, a, s, o),
-                );
-            }
         }
     }
 
     #[test]
     fn softmax_matches(seed: u64, rows in 1usize..6, n in 1usize..1000, mix in 0u32..30, mask in 0u8..4, scale in -2.0f32..2.0) {
-        {
-            let mut rng = Rng(seed);
-            let shape = vec![rows, n];
-            let x = rng.values(rows * n, mix);
-            let ms: Vec<usize> = match mask { 0 => vec![], 1 => vec![n], 2 => vec![rows, 1], _ => vec![rows, n] };
-            let mv = rng.values(ms.iter().product(), mix);
-            let m = if mask == 0 { None } else { Some((&mv[..], &ms[..])) };
-            check(
-                &format!("softmax {shape:?} mask {ms:?}"),
-                rows * n,
-                |o| r::softmax(&x, &shape, m, scale, o),
-                |c, o| simd::softmax(c, &x, &shape, m, scale, o),
-            );
-        }
+        let mut rng = Rng(seed);
+        let shape = vec![rows, n];
+        let x = rng.values(rows * n, mix);
+        let ms: Vec<usize> = match mask { 0 => vec![], 1 => vec![n], 2 => vec![rows, 1], _ => vec![rows, n] };
+        let mv = rng.values(ms.iter().product(), mix);
+        let m = if mask == 0 { None } else { Some((&mv[..], &ms[..])) };
+        check(
+            &format!("softmax {shape:?} mask {ms:?}"),
+            rows * n,
+            |o| r::softmax(&x, &shape, m, scale, o),
+            |c, o| simd::softmax(c, &x, &shape, m, scale, o),
+        );
     }
 
     #[test]
     fn norms_match(seed: u64, rows in 1usize..5, n in 1usize..1000, mix in 0u32..30, affine in 0u8..4, eps in 0.0f32..0.1) {
-        {
-            let mut rng = Rng(seed);
-            let x = rng.values(rows * n, mix);
-            let g = rng.values(n, mix);
-            let b = rng.values(n, mix);
-            let gamma = (affine & 1 != 0).then_some(&g[..]);
-            let beta = (affine & 2 != 0).then_some(&b[..]);
-            check(
-                &format!("layernorm {rows}x{n}"),
-                rows * n,
-                |o| r::layernorm(&x, n, gamma, beta, eps, o),
-                |c, o| simd::layernorm(c, &x, n, gamma, beta, eps, o),
-            );
-            check(
-                &format!("rmsnorm {rows}x{n}"),
-                rows * n,
-                |o| r::rmsnorm(&x, n, gamma, eps, o),
-                |c, o| simd::rmsnorm(c, &x, n, gamma, eps, o),
-            );
-        }
+        let mut rng = Rng(seed);
+        let x = rng.values(rows * n, mix);
+        let g = rng.values(n, mix);
+        let b = rng.values(n, mix);
+        let gamma = (affine & 1 != 0).then_some(&g[..]);
+        let beta = (affine & 2 != 0).then_some(&b[..]);
+        check(
+            &format!("layernorm {rows}x{n}"),
+            rows * n,
+            |o| r::layernorm(&x, n, gamma, beta, eps, o),
+            |c, o| simd::layernorm(c, &x, n, gamma, beta, eps, o),
+        );
+        check(
+            &format!("rmsnorm {rows}x{n}"),
+            rows * n,
+            |o| r::rmsnorm(&x, n, gamma, eps, o),
+            |c, o| simd::rmsnorm(c, &x, n, gamma, eps, o),
+        );
     }
 
     #[test]
     fn reduce_matches(seed: u64, mix in 0u32..40, op in 0usize..3, rank in 1usize..4) {
-        {
-            let mut rng = Rng(seed);
-            let shape: Vec<usize> = (0..rank).map(|_| rng.below(if rank == 1 { 1000 } else { 40 }) as usize).collect();
-            let axis = rng.below(rank as u64) as usize;
-            let x = rng.values(shape.iter().product(), mix);
-            let on: usize = shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).product();
-            let op = [Reduce::Sum, Reduce::Mean, Reduce::Max][op];
-            check(
-                &format!("{op:?} {shape:?} axis {axis}"),
-                on,
-                |o| r::reduce(op, &x, &shape, axis, o),
-                |c, o| simd::reduce(c, op, &x, &shape, axis, o),
-            );
-        }
+        let mut rng = Rng(seed);
+        let shape: Vec<usize> = (0..rank).map(|_| rng.below(if rank == 1 { 1000 } else { 40 }) as usize).collect();
+        let axis = rng.below(rank as u64) as usize;
+        let x = rng.values(shape.iter().product(), mix);
+        let on: usize = shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).product();
+        let op = [Reduce::Sum, Reduce::Mean, Reduce::Max][op];
+        check(
+            &format!("{op:?} {shape:?} axis {axis}"),
+            on,
+            |o| r::reduce(op, &x, &shape, axis, o),
+            |c, o| simd::reduce(c, op, &x, &shape, axis, o),
+        );
     }
 }

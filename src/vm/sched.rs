@@ -20,7 +20,9 @@
 //!   order, for any thread count.
 //! - **Observers see program order.** After a batch, every instruction in it is reported in
 //!   order with its own step number; trace digests and step counts are unchanged. (A batch only
-//!   forms when no observer wants data or timing; the step budget is never overrun.)
+//!   forms when no observer wants data or timing; the step budget is never overrun. An observer
+//!   that stops the run inside a batch finds the batch's later instructions already run: they
+//!   wrote temporaries only, which nothing outside the run sees.)
 //! - Members are float kernels with every operand f32 and aligned (the common case), the
 //!   destination not among the sources, and none can fail at run time.
 
