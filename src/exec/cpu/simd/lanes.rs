@@ -1,13 +1,15 @@
-//! One vector width as a type: the lane operations the kernels of `vmath` and `kernels` are
-//! written against, implemented for AVX2 (`__m256`, 8 lanes) and AVX-512 (`__m512`, 16 lanes).
-//! Every algorithm is written once, generic over [`Lanes`]; only this file knows the
-//! instructions.
+//! One vector width as a type: the lane operations the kernels of `vmath`, `kernels` and the
+//! GEMM microkernel (`exec::cpu::gemm`) are written against, implemented for AVX2 (`__m256`,
+//! 8 lanes) and AVX-512 (`__m512`, 16 lanes). Every algorithm is written once, generic over
+//! [`Lanes`]; only this file knows the instructions.
 //!
 //! Invariants:
 //! - Every method is `#[inline(always)]` and must only run inlined into a function compiled
-//!   with the width's instruction set: [`with_avx2`] or [`with_avx512`] (through
-//!   [`with_lanes!`](super::with_lanes)). That is what makes the `unsafe` methods sound: the
-//!   intrinsics they call need the feature, which the caller checked at run time.
+//!   with the width's instruction set: [`with_avx2`] or [`with_avx512`] (through `with_lanes!`
+//!   in `simd`), or GEMM's `#[target_feature]` entry points. That is what makes the `unsafe`
+//!   methods sound: the intrinsics they call need the feature, which the caller checked at run
+//!   time. (A closure written inside generic kernel code is compiled without the feature, and
+//!   the intrinsics in it become calls: kernels use helper functions or macros instead.)
 //! - The two widths give the same bits lane for lane: each method is the same IEEE operation
 //!   (or integer operation) per lane, both honour MXCSR (FTZ+DAZ in the strict tier; no
 //!   embedded rounding or SAE anywhere), and a lane mask means the same thing in both.
@@ -20,7 +22,7 @@ use std::arch::x86_64::*;
 ///
 /// Every method is `unsafe`: the CPU must have the width's instruction set (see the module
 /// docs). Pointer methods state what they read or write.
-pub(super) trait Lanes: Copy {
+pub(in crate::exec::cpu) trait Lanes: Copy {
     /// f32 lanes per vector (8 or 16).
     const N: usize;
     /// A vector of `N` i32 lanes.
@@ -115,7 +117,7 @@ pub(super) trait Lanes: Copy {
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
+pub(in crate::exec::cpu) unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
@@ -124,7 +126,7 @@ pub(super) unsafe fn with_avx2<R>(f: impl FnOnce() -> R) -> R {
 /// # Safety
 /// The CPU must support AVX-512 F, BW, DQ and VL (and AVX2 and FMA).
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
-pub(super) unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
+pub(in crate::exec::cpu) unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
@@ -133,7 +135,7 @@ pub(super) unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
 /// # Safety
 /// None beyond x86-64 (SSE is part of the baseline); `unsafe` only as the intrinsic is.
 #[inline(always)]
-pub(super) unsafe fn store_fence() {
+pub(in crate::exec::cpu) unsafe fn store_fence() {
     _mm_sfence()
 }
 

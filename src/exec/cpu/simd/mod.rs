@@ -28,7 +28,7 @@
 #[cfg(target_arch = "x86_64")]
 mod kernels;
 #[cfg(target_arch = "x86_64")]
-mod lanes;
+pub(super) mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod vmath;
 
