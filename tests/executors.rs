@@ -15,6 +15,8 @@ fn configs() -> Vec<VmConfig> {
     for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
         if l <= SimdLevel::detect() {
             levels.push(l);
+        } else {
+            eprintln!("this CPU has no {}: that configuration is skipped", l.name());
         }
     }
     let mut out = Vec::new();

@@ -28,18 +28,18 @@ const UNARY: [Unary; 10] = [
 ];
 const BINARY: [Binary; 6] = [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min];
 
-/// The vector levels this CPU has (each test runs on all of them); those it lacks are reported.
+/// The vector levels this CPU has (each test runs on all of them); those it lacks are reported
+/// on stderr, once per test binary.
 fn levels() -> Vec<SimdLevel> {
+    static REPORTED: std::sync::Once = std::sync::Once::new();
     let best = SimdLevel::detect();
-    let mut v = Vec::new();
-    for l in [SimdLevel::Avx2, SimdLevel::Avx512] {
-        if l <= best {
-            v.push(l);
-        } else {
+    let all = [SimdLevel::Avx2, SimdLevel::Avx512];
+    REPORTED.call_once(|| {
+        for l in all.iter().filter(|&&l| l > best) {
             eprintln!("this CPU has no {}: its comparisons are skipped", l.name());
         }
-    }
-    v
+    });
+    all.into_iter().filter(|&l| l <= best).collect()
 }
 
 fn pools() -> &'static [rayon::ThreadPool; 3] {
