@@ -1,14 +1,15 @@
 //! Elementwise and row kernels of `exec::cpu::simd`: strict vs fast, 1 and 2 threads, with the
 //! scalar reference as a baseline for add and exp.
 //!
-//! `cargo bench --bench elementwise`. Throughput: add is reported in bytes moved (two 4-byte
-//! reads and one 4-byte write per element, the same count as numpy's `np.add(a, b, out=c)`);
-//! the others in elements.
+//! `cargo bench --bench elementwise` runs at the best vector level of this CPU;
+//! `ADEADVM_SIMD=avx2 cargo bench --bench elementwise` compares a lower one. Throughput: add is
+//! reported in bytes moved (two 4-byte reads and one 4-byte write per element, the same count
+//! as numpy's `np.add(a, b, out=c)`); the others in elements.
 
 use std::hint::black_box;
 
 use adeadvm::exec::cpu::fpenv::FtzGuard;
-use adeadvm::exec::cpu::reference::{self as r, Binary, Unary};
+use adeadvm::exec::cpu::reference::{self as r, Binary, Reduce, Unary};
 use adeadvm::exec::cpu::{simd, worker_pool, Ctx, SimdLevel};
 use adeadvm::isa::Tier;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -49,7 +50,7 @@ fn benches(c: &mut Criterion) {
     }
     g.finish();
 
-    for op in [Unary::Exp, Unary::Gelu] {
+    for op in [Unary::Exp, Unary::Tanh, Unary::Gelu] {
         let mut g = c.benchmark_group(format!("{op:?}_16M").to_lowercase());
         g.sample_size(10).throughput(Throughput::Elements(N as u64));
         if op == Unary::Exp {
@@ -95,6 +96,45 @@ fn benches(c: &mut Criterion) {
         });
     }
     g.finish();
+
+    let mut g = c.benchmark_group("rmsnorm_4096x1024");
+    g.sample_size(10).throughput(Throughput::Elements((rows * cols) as u64));
+    for (name, ctx) in configs(&pools) {
+        g.bench_function(BenchmarkId::from_parameter(name), |bn| {
+            bn.iter(|| {
+                simd::rmsnorm(
+                    &ctx,
+                    black_box(&a[..rows * cols]),
+                    cols,
+                    Some(gamma),
+                    1e-5,
+                    &mut out[..rows * cols],
+                )
+            })
+        });
+    }
+    g.finish();
+
+    // Rows (the contiguous axis, one tree per output) and columns (strided, one output per lane).
+    for (axis, outs) in [(1, rows), (0, cols)] {
+        let mut g = c.benchmark_group(format!("reduce_sum_4096x1024_axis{axis}"));
+        g.sample_size(10).throughput(Throughput::Elements((rows * cols) as u64));
+        for (name, ctx) in configs(&pools) {
+            g.bench_function(BenchmarkId::from_parameter(name), |bn| {
+                bn.iter(|| {
+                    simd::reduce(
+                        &ctx,
+                        Reduce::Sum,
+                        black_box(&a[..rows * cols]),
+                        &[rows, cols],
+                        axis,
+                        &mut out[..outs],
+                    )
+                })
+            });
+        }
+        g.finish();
+    }
 }
 
 criterion_group! {

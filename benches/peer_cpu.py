@@ -4,9 +4,11 @@
     cargo build --release && python3 benches/peer_cpu.py [--threads N] [--quick]
 
 Each adeadvm figure comes from `adeadvm bench KERNEL SIZE --json` (the median time of one
-instruction inside the VM); each numpy figure is the median of as many timed calls. The ratio
-is numpy's time over adeadvm's: above 1 means adeadvm is faster. Absolute times on shared
-machines drift, so only the ratios measured in one run mean anything.
+instruction inside the VM); each numpy figure is the median of as many timed calls. numpy,
+strict and fast alternate in rounds, and the ratio (numpy's time over adeadvm's, above 1 means
+adeadvm is faster) is taken within each round and its median printed, so load that drifts
+during the run touches both sides alike. Absolute times on shared machines drift; only the
+ratios mean anything. The last line is the interpreter's overhead per instruction.
 """
 
 import argparse
@@ -18,7 +20,7 @@ import sys
 import time
 
 
-def numpy_case(np, kernel, n, iters):
+def numpy_case(np, kernel, n):
     rng = np.random.default_rng(0)
     if kernel == "matmul":
         a = rng.random((n, n), dtype=np.float32)
@@ -57,12 +59,16 @@ def numpy_case(np, kernel, n, iters):
     else:
         raise ValueError(kernel)
     run()
+    return run, flops, nbytes
+
+
+def numpy_time(run, iters):
     times = []
     for _ in range(iters):
         t = time.perf_counter()
         run()
         times.append(time.perf_counter() - t)
-    return statistics.median(times), flops, nbytes
+    return statistics.median(times)
 
 
 def adeadvm_case(binary, kernel, n, tier, threads, iters):
@@ -88,7 +94,8 @@ def main():
         sys.exit("numpy is needed: pip install numpy")
     if not os.path.exists(args.binary):
         sys.exit(f"{args.binary} not found: run `cargo build --release` first")
-    iters = 5 if args.quick else 15
+    iters = 5 if args.quick else 9
+    rounds = 3
     cases = [
         ("matmul", 512 if args.quick else 1024, "GFLOP/s"),
         ("add", (1 << 22) if args.quick else (1 << 24), "GB/s"),
@@ -96,17 +103,29 @@ def main():
         ("softmax", 1024 if args.quick else 4096, "GB/s"),
         ("layernorm", 1024 if args.quick else 4096, "GB/s"),
     ]
-    print(f"numpy {np.__version__}; threads: {args.threads or 'all'}; ratio = numpy time / adeadvm time (>1: adeadvm faster)")
+    print(f"numpy {np.__version__}; threads: {args.threads or 'all'}; {rounds} rounds of numpy, strict, fast "
+          f"(median of {iters} calls each); ratio = numpy time / adeadvm time in the same round, "
+          "median over rounds (>1: adeadvm faster)")
     print(f"{'kernel':<10} {'size':>9} {'numpy':>14} {'strict':>14} {'ratio':>7} {'fast':>14} {'ratio':>7}")
     for kernel, n, unit in cases:
-        t_np, flops, nbytes = numpy_case(np, kernel, n, iters)
+        run, flops, nbytes = numpy_case(np, kernel, n)
+        t_np, t_tier, ratio = [], {"strict": [], "fast": []}, {"strict": [], "fast": []}
+        for _ in range(rounds):
+            t = numpy_time(run, iters)
+            t_np.append(t)
+            for tier in ("strict", "fast"):
+                s = adeadvm_case(args.binary, kernel, n, tier, args.threads, iters)["seconds"]
+                t_tier[tier].append(s)
+                ratio[tier].append(t / s)
         rate = (lambda t: flops / t / 1e9) if unit == "GFLOP/s" else (lambda t: nbytes / t / 1e9)
-        row = f"{kernel:<10} {n:>9} {rate(t_np):>8.1f} {unit:<5}"
+        med = statistics.median
+        row = f"{kernel:<10} {n:>9} {rate(med(t_np)):>8.1f} {unit:<5}"
         for tier in ("strict", "fast"):
-            r = adeadvm_case(args.binary, kernel, n, tier, args.threads, iters)
-            row += f" {rate(r['seconds']):>8.1f} {unit:<5} {t_np / r['seconds']:>6.2f}x"
+            row += f" {rate(med(t_tier[tier])):>8.1f} {unit:<5} {med(ratio[tier]):>6.2f}x"
         print(row, flush=True)
-
+    # Interpreter overhead: 1000 dependent ADDs on 1-element tensors, one thread (no numpy peer).
+    d = adeadvm_case(args.binary, "dispatch", 1, "strict", 1, 15)
+    print(f"dispatch: {d['seconds'] * 1e9:.0f} ns per instruction (1-element ADDs, 1 thread; target <= 50 ns)")
 
 if __name__ == "__main__":
     main()

@@ -1,9 +1,10 @@
 //! The SIMD kernels (`exec::cpu::simd`) against the scalar reference, bit for bit.
 //!
-//! Everything runs inside an `FtzGuard` (the mode strict kernels run in). For every op: AVX2
-//! strict == reference (`to_bits`), and 1, 2 and 3 worker threads give the same bits (strict and
-//! fast). Every unary function is also checked over a dense sample of all 2^32 bit patterns.
-//! On a CPU without AVX2 the AVX2 comparisons are skipped (reported on stderr).
+//! Everything runs inside an `FtzGuard` (the mode strict kernels run in). For every op and every
+//! vector level this CPU has (AVX2, AVX-512): strict == reference (`to_bits`), and 1, 2 and 3
+//! worker threads give the same bits (strict and fast). Every unary function is also checked over
+//! a dense sample of all 2^32 bit patterns. A level the CPU lacks is skipped and reported on
+//! stderr (once per test).
 
 use std::sync::OnceLock;
 
@@ -27,12 +28,18 @@ const UNARY: [Unary; 10] = [
 ];
 const BINARY: [Binary; 6] = [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min];
 
-fn avx2() -> bool {
-    let ok = SimdLevel::detect() >= SimdLevel::Avx2;
-    if !ok {
-        eprintln!("no AVX2 on this CPU: AVX2 comparisons skipped");
-    }
-    ok
+/// The vector levels this CPU has (each test runs on all of them); those it lacks are reported
+/// on stderr, once per test binary.
+fn levels() -> Vec<SimdLevel> {
+    static REPORTED: std::sync::Once = std::sync::Once::new();
+    let best = SimdLevel::detect();
+    let all = [SimdLevel::Avx2, SimdLevel::Avx512];
+    REPORTED.call_once(|| {
+        for l in all.iter().filter(|&&l| l > best) {
+            eprintln!("this CPU has no {}: its comparisons are skipped", l.name());
+        }
+    });
+    all.into_iter().filter(|&l| l <= best).collect()
 }
 
 fn pools() -> &'static [rayon::ThreadPool; 3] {
@@ -40,12 +47,12 @@ fn pools() -> &'static [rayon::ThreadPool; 3] {
     P.get_or_init(|| [worker_pool(1).unwrap(), worker_pool(2).unwrap(), worker_pool(3).unwrap()])
 }
 
-fn ctx(tier: Tier, threads: usize) -> Ctx<'static> {
-    Ctx { level: SimdLevel::Avx2, tier, pool: Some(&pools()[threads - 1]) }
+fn ctx(level: SimdLevel, tier: Tier, threads: usize) -> Ctx<'static> {
+    Ctx { level, tier, pool: Some(&pools()[threads - 1]) }
 }
 
-fn strict1() -> Ctx<'static> {
-    Ctx { level: SimdLevel::Avx2, tier: Tier::Strict, pool: None }
+fn strict1(level: SimdLevel) -> Ctx<'static> {
+    Ctx { level, tier: Tier::Strict, pool: None }
 }
 
 #[track_caller]
@@ -70,14 +77,14 @@ fn same_bits(what: &str, want: &[f32], got: &[f32], inputs: &[&[f32]]) {
 /// Runs `f` with the given context for 1, 2, 3 threads (strict and fast) and checks that the
 /// thread count never changes the bits; returns nothing (strict vs reference is checked by the
 /// caller).
-fn threads_agree(what: &str, n: usize, f: impl Fn(&Ctx, &mut [f32])) {
+fn threads_agree(level: SimdLevel, what: &str, n: usize, f: impl Fn(&Ctx, &mut [f32])) {
     for tier in [Tier::Strict, Tier::Fast] {
         let mut first = vec![0.0f32; n];
-        f(&ctx(tier, 1), &mut first);
+        f(&ctx(level, tier, 1), &mut first);
         for t in [2, 3] {
             let mut o = vec![0.0f32; n];
-            f(&ctx(tier, t), &mut o);
-            same_bits(&format!("{what} {tier:?} {t} threads vs 1"), &first, &o, &[]);
+            f(&ctx(level, tier, t), &mut o);
+            same_bits(&format!("{what} {level:?} {tier:?} {t} threads vs 1"), &first, &o, &[]);
         }
     }
 }
@@ -130,9 +137,6 @@ impl Rng {
 
 #[test]
 fn unary_dense_all_bit_patterns() {
-    if !avx2() {
-        return;
-    }
     let _g = FtzGuard::new();
     // Stride 997 over all 2^32 patterns (about 4.3 million inputs), plus the last pattern.
     let mut xs: Vec<f32> = (0..=u32::MAX / 997).map(|i| f32::from_bits(i * 997)).collect();
@@ -140,16 +144,15 @@ fn unary_dense_all_bit_patterns() {
     let (mut want, mut got) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
     for op in UNARY {
         r::unary(op, &xs, &mut want);
-        simd::unary(&strict1(), op, &xs, &mut got);
-        same_bits(&format!("{op:?} dense"), &want, &got, &[&xs]);
+        for level in levels() {
+            simd::unary(&strict1(level), op, &xs, &mut got);
+            same_bits(&format!("{op:?} {level:?} dense"), &want, &got, &[&xs]);
+        }
     }
 }
 
 #[test]
 fn binary_edge_pairs() {
-    if !avx2() {
-        return;
-    }
     let _g = FtzGuard::new();
     let mut edges: Vec<f32> = vec![
         0.0,
@@ -181,16 +184,15 @@ fn binary_edge_pairs() {
     for op in BINARY {
         let (mut want, mut got) = (vec![0.0; n], vec![0.0; n]);
         r::binary(op, &a, &[n], &b, &[n], &mut want, &[n]);
-        simd::binary(&strict1(), op, &a, &[n], &b, &[n], &mut got, &[n]);
-        same_bits(&format!("{op:?} pairs"), &want, &got, &[&a, &b]);
+        for level in levels() {
+            simd::binary(&strict1(level), op, &a, &[n], &b, &[n], &mut got, &[n]);
+            same_bits(&format!("{op:?} {level:?} pairs"), &want, &got, &[&a, &b]);
+        }
     }
 }
 
 #[test]
 fn div_random_pairs() {
-    if !avx2() {
-        return;
-    }
     let _g = FtzGuard::new();
     let mut rng = Rng(99);
     let n = 1 << 20;
@@ -198,17 +200,22 @@ fn div_random_pairs() {
     let b: Vec<f32> = (0..n).map(|_| f32::from_bits(rng.next() as u32)).collect();
     let (mut want, mut got) = (vec![0.0; n], vec![0.0; n]);
     r::binary(Binary::Div, &a, &[n], &b, &[n], &mut want, &[n]);
-    simd::binary(&strict1(), Binary::Div, &a, &[n], &b, &[n], &mut got, &[n]);
-    same_bits("div random bits", &want, &got, &[&a, &b]);
+    for level in levels() {
+        simd::binary(&strict1(level), Binary::Div, &a, &[n], &b, &[n], &mut got, &[n]);
+        same_bits(&format!("div {level:?} random bits"), &want, &got, &[&a, &b]);
+    }
 }
 
 // ---- threading on sizes large enough to split ------------------------------------------------
 
 #[test]
 fn large_kernels_split_over_threads() {
-    if !avx2() {
-        return;
+    for level in levels() {
+        large_kernels_at(level);
     }
+}
+
+fn large_kernels_at(level: SimdLevel) {
     let _g = FtzGuard::new();
     let mut rng = Rng(3);
     let n = 300_001;
@@ -217,7 +224,7 @@ fn large_kernels_split_over_threads() {
     let mut want = vec![0.0; n];
     for op in [Unary::Exp, Unary::Gelu, Unary::Relu] {
         r::unary(op, &a, &mut want);
-        threads_agree(&format!("{op:?}"), n, |c, o| {
+        threads_agree(level, &format!("{op:?}"), n, |c, o| {
             simd::unary(c, op, &a, o);
             if c.tier == Tier::Strict {
                 same_bits(&format!("{op:?} vs reference"), &want, o, &[&a]);
@@ -226,7 +233,7 @@ fn large_kernels_split_over_threads() {
     }
     for op in [Binary::Add, Binary::Div] {
         r::binary(op, &a, &[n], &b, &[n], &mut want, &[n]);
-        threads_agree(&format!("{op:?}"), n, |c, o| {
+        threads_agree(level, &format!("{op:?}"), n, |c, o| {
             simd::binary(c, op, &a, &[n], &b, &[n], o, &[n]);
             if c.tier == Tier::Strict {
                 same_bits(&format!("{op:?} vs reference"), &want, o, &[&a, &b]);
@@ -238,14 +245,14 @@ fn large_kernels_split_over_threads() {
     let g = &b[..cols];
     let mut want = vec![0.0; rows * cols];
     r::softmax(x, &[rows, cols], Some((g, &[cols])), 0.5, &mut want);
-    threads_agree("softmax", rows * cols, |c, o| {
+    threads_agree(level, "softmax", rows * cols, |c, o| {
         simd::softmax(c, x, &[rows, cols], Some((g, &[cols])), 0.5, o);
         if c.tier == Tier::Strict {
             same_bits("softmax vs reference", &want, o, &[x]);
         }
     });
     r::layernorm(x, cols, Some(g), Some(g), 1e-5, &mut want);
-    threads_agree("layernorm", rows * cols, |c, o| {
+    threads_agree(level, "layernorm", rows * cols, |c, o| {
         simd::layernorm(c, x, cols, Some(g), Some(g), 1e-5, o);
         if c.tier == Tier::Strict {
             same_bits("layernorm vs reference", &want, o, &[x]);
@@ -255,24 +262,58 @@ fn large_kernels_split_over_threads() {
         let on = rows * cols / len;
         let mut want = vec![0.0; on];
         r::reduce(Reduce::Sum, x, &[rows, cols], axis, &mut want);
-        threads_agree("reduce", on, |c, o| {
+        threads_agree(level, "reduce", on, |c, o| {
             simd::reduce(c, Reduce::Sum, x, &[rows, cols], axis, o);
             same_bits("reduce vs reference", &want, o, &[]);
         });
     }
 }
 
+/// Outputs of 4Mi elements and more are written with non-temporal stores after a head that
+/// reaches a 64-byte boundary: an output that starts off that boundary, with a ragged end,
+/// still gives the reference's bits (and the same for every thread count).
+#[test]
+fn streamed_outputs_give_the_same_bits() {
+    let _g = FtzGuard::new();
+    let mut rng = Rng(11);
+    let n = (1 << 22) + 13;
+    let a = rng.values(n, 5);
+    let b = rng.values(n, 5);
+    let mut want = vec![0.0; n];
+    for level in levels() {
+        for op in [Binary::Add, Binary::Div] {
+            r::binary(op, &a, &[n], &b, &[n], &mut want, &[n]);
+            threads_agree(level, &format!("{op:?} streamed"), n, |c, o| {
+                // Shifted by 3 elements: the output starts 12 bytes past an aligned boundary.
+                let mut buf = vec![0.0f32; n + 3];
+                simd::binary(c, op, &a, &[n], &b, &[n], &mut buf[3..], &[n]);
+                o.copy_from_slice(&buf[3..]);
+                if c.tier == Tier::Strict {
+                    same_bits(&format!("{op:?} {level:?} streamed vs reference"), &want, o, &[&a, &b]);
+                }
+            });
+        }
+        r::binary_scalar(Binary::Mul, &a, 0.75, &mut want);
+        let mut got = vec![0.0; n];
+        simd::binary_scalar(&strict1(level), Binary::Mul, &a, 0.75, &mut got);
+        same_bits(&format!("mul scalar {level:?} streamed"), &want, &got, &[&a]);
+    }
+}
+
 // ---- properties ------------------------------------------------------------------------------
 
 /// Checks `simd(strict) == reference`, and threads 1/2/3 agree (strict and fast).
+/// At every level this CPU has.
 fn check(what: &str, n: usize, reference: impl Fn(&mut [f32]), simd_fn: impl Fn(&Ctx, &mut [f32])) {
     let _g = FtzGuard::new();
     let mut want = vec![0.0; n];
     reference(&mut want);
-    let mut got = vec![0.0; n];
-    simd_fn(&strict1(), &mut got);
-    same_bits(what, &want, &got, &[]);
-    threads_agree(what, n, |c, o| simd_fn(c, o));
+    for level in levels() {
+        let mut got = vec![0.0; n];
+        simd_fn(&strict1(level), &mut got);
+        same_bits(&format!("{what} {level:?}"), &want, &got, &[]);
+        threads_agree(level, what, n, |c, o| simd_fn(c, o));
+    }
 }
 
 /// A random output shape (rank 1..=4) and an operand shape broadcast to it.
@@ -300,100 +341,90 @@ proptest! {
 
     #[test]
     fn unary_matches(seed: u64, len in 0usize..2000, mix in 0u32..100, op in 0usize..10) {
-        if avx2() {
-            let mut rng = Rng(seed);
-            let a = rng.values(len, mix);
-            let op = UNARY[op];
-            check(&format!("{op:?} len {len}"), len, |o| r::unary(op, &a, o), |c, o| simd::unary(c, op, &a, o));
-        }
+        let mut rng = Rng(seed);
+        let a = rng.values(len, mix);
+        let op = UNARY[op];
+        check(&format!("{op:?} len {len}"), len, |o| r::unary(op, &a, o), |c, o| simd::unary(c, op, &a, o));
     }
 
     #[test]
     fn binary_matches(seed: u64, mix in 0u32..100, op in 0usize..6, swap: bool, scalar: bool) {
-        if avx2() {
-            let mut rng = Rng(seed);
-            let op = BINARY[op];
-            let (out, bs) = broadcast_shapes(&mut rng);
-            let (as_, bs) = if swap { (bs, out.clone()) } else { (out.clone(), bs) };
-            let n: usize = out.iter().product();
-            let a = rng.values(as_.iter().product(), mix);
-            let b = rng.values(bs.iter().product(), mix);
+        let mut rng = Rng(seed);
+        let op = BINARY[op];
+        let (out, bs) = broadcast_shapes(&mut rng);
+        let (as_, bs) = if swap { (bs, out.clone()) } else { (out.clone(), bs) };
+        let n: usize = out.iter().product();
+        let a = rng.values(as_.iter().product(), mix);
+        let b = rng.values(bs.iter().product(), mix);
+        check(
+            &format!("{op:?} {as_:?} {bs:?} -> {out:?}"),
+            n,
+            |o| r::binary(op, &a, &as_, &b, &bs, o, &out),
+            |c, o| simd::binary(c, op, &a, &as_, &b, &bs, o, &out),
+        );
+        if scalar {
+            let s = b.first().copied().unwrap_or(0.0);
+            let a = &a[..a.len().min(n)];
             check(
-                &format!("{op:?} {as_:?} {bs:?} -> {out:?}"),
-                n,
-                |o| r::binary(op, &a, &as_, &b, &bs, o, &out),
-                |c, o| simd::binary(c, op, &a, &as_, &b, &bs, o, &out),
+                &format!("{op:?} scalar {s:e}"),
+                a.len(),
+                |o| r::binary_scalar(op, a, s, o),
+                |c, o| simd::binary_scalar(c, op, a, s, o),
             );
-            if scalar {
-                let s = b.first().copied().unwrap_or(0.0);
-                let a = &a[..a.len().min(n)];
-                check(
-                    &format!("{op:?} scalar {s:e}"),
-                    a.len(),
-                    |o| r::binary_scalar(op, a, s, o),
-                    |c, o| simd::binary_scalar(c, op, a, s, o),
-                );
-            }
         }
     }
 
     #[test]
     fn softmax_matches(seed: u64, rows in 1usize..6, n in 1usize..1000, mix in 0u32..30, mask in 0u8..4, scale in -2.0f32..2.0) {
-        if avx2() {
-            let mut rng = Rng(seed);
-            let shape = vec![rows, n];
-            let x = rng.values(rows * n, mix);
-            let ms: Vec<usize> = match mask { 0 => vec![], 1 => vec![n], 2 => vec![rows, 1], _ => vec![rows, n] };
-            let mv = rng.values(ms.iter().product(), mix);
-            let m = if mask == 0 { None } else { Some((&mv[..], &ms[..])) };
-            check(
-                &format!("softmax {shape:?} mask {ms:?}"),
-                rows * n,
-                |o| r::softmax(&x, &shape, m, scale, o),
-                |c, o| simd::softmax(c, &x, &shape, m, scale, o),
-            );
-        }
+        let mut rng = Rng(seed);
+        let shape = vec![rows, n];
+        let x = rng.values(rows * n, mix);
+        let ms: Vec<usize> = match mask { 0 => vec![], 1 => vec![n], 2 => vec![rows, 1], _ => vec![rows, n] };
+        let mv = rng.values(ms.iter().product(), mix);
+        let m = if mask == 0 { None } else { Some((&mv[..], &ms[..])) };
+        check(
+            &format!("softmax {shape:?} mask {ms:?}"),
+            rows * n,
+            |o| r::softmax(&x, &shape, m, scale, o),
+            |c, o| simd::softmax(c, &x, &shape, m, scale, o),
+        );
     }
 
     #[test]
     fn norms_match(seed: u64, rows in 1usize..5, n in 1usize..1000, mix in 0u32..30, affine in 0u8..4, eps in 0.0f32..0.1) {
-        if avx2() {
-            let mut rng = Rng(seed);
-            let x = rng.values(rows * n, mix);
-            let g = rng.values(n, mix);
-            let b = rng.values(n, mix);
-            let gamma = (affine & 1 != 0).then_some(&g[..]);
-            let beta = (affine & 2 != 0).then_some(&b[..]);
-            check(
-                &format!("layernorm {rows}x{n}"),
-                rows * n,
-                |o| r::layernorm(&x, n, gamma, beta, eps, o),
-                |c, o| simd::layernorm(c, &x, n, gamma, beta, eps, o),
-            );
-            check(
-                &format!("rmsnorm {rows}x{n}"),
-                rows * n,
-                |o| r::rmsnorm(&x, n, gamma, eps, o),
-                |c, o| simd::rmsnorm(c, &x, n, gamma, eps, o),
-            );
-        }
+        let mut rng = Rng(seed);
+        let x = rng.values(rows * n, mix);
+        let g = rng.values(n, mix);
+        let b = rng.values(n, mix);
+        let gamma = (affine & 1 != 0).then_some(&g[..]);
+        let beta = (affine & 2 != 0).then_some(&b[..]);
+        check(
+            &format!("layernorm {rows}x{n}"),
+            rows * n,
+            |o| r::layernorm(&x, n, gamma, beta, eps, o),
+            |c, o| simd::layernorm(c, &x, n, gamma, beta, eps, o),
+        );
+        check(
+            &format!("rmsnorm {rows}x{n}"),
+            rows * n,
+            |o| r::rmsnorm(&x, n, gamma, eps, o),
+            |c, o| simd::rmsnorm(c, &x, n, gamma, eps, o),
+        );
     }
 
     #[test]
     fn reduce_matches(seed: u64, mix in 0u32..40, op in 0usize..3, rank in 1usize..4) {
-        if avx2() {
-            let mut rng = Rng(seed);
-            let shape: Vec<usize> = (0..rank).map(|_| rng.below(if rank == 1 { 1000 } else { 40 }) as usize).collect();
-            let axis = rng.below(rank as u64) as usize;
-            let x = rng.values(shape.iter().product(), mix);
-            let on: usize = shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).product();
-            let op = [Reduce::Sum, Reduce::Mean, Reduce::Max][op];
-            check(
-                &format!("{op:?} {shape:?} axis {axis}"),
-                on,
-                |o| r::reduce(op, &x, &shape, axis, o),
-                |c, o| simd::reduce(c, op, &x, &shape, axis, o),
-            );
-        }
+        let mut rng = Rng(seed);
+        let shape: Vec<usize> = (0..rank).map(|_| rng.below(if rank == 1 { 1000 } else { 40 }) as usize).collect();
+        let axis = rng.below(rank as u64) as usize;
+        let x = rng.values(shape.iter().product(), mix);
+        let on: usize = shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).product();
+        let op = [Reduce::Sum, Reduce::Mean, Reduce::Max][op];
+        check(
+            &format!("{op:?} {shape:?} axis {axis}"),
+            on,
+            |o| r::reduce(op, &x, &shape, axis, o),
+            |c, o| simd::reduce(c, op, &x, &shape, axis, o),
+        );
     }
 }

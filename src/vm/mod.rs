@@ -8,6 +8,7 @@
 //! output can be borrowed mutably beside its inputs; an input that *is* the output is copied.
 
 mod gpu;
+mod sched;
 mod tensor;
 
 use std::borrow::Cow;
@@ -125,6 +126,8 @@ pub struct RunStats {
     pub elapsed: Duration,
     /// Bytes of the arena this run used.
     pub arena_bytes: u64,
+    /// Instructions that ran in batches of independent instructions at the same time.
+    pub concurrent: u64,
 }
 
 /// Where a tensor's bytes live during a run.
@@ -380,6 +383,7 @@ impl Vm {
         let code = program.instructions();
         let mut pc = 0usize;
         let mut steps = 0u64;
+        let mut concurrent = 0u64;
         let wants = observer.wants();
         // The common case in one flag: no device, nothing timed, nothing copied out per step.
         let plain = self.gpu.is_none() && !wants.timing && !wants.written;
@@ -387,6 +391,18 @@ impl Vm {
             if let Some(max) = self.config.max_steps {
                 if steps >= max {
                     return Err(VmError::StepBudget(max));
+                }
+            }
+            // Independent instructions from here may run at the same time (see `sched`).
+            if plain {
+                if let Some(ran) = self.run_independent(p, &frame, pc, steps, observer) {
+                    steps += ran.steps;
+                    concurrent += ran.steps;
+                    if ran.stop {
+                        break;
+                    }
+                    pc += ran.steps as usize;
+                    continue;
                 }
             }
             let ins = &code[pc];
@@ -448,7 +464,7 @@ impl Vm {
             }
         }
         self.gpu_finish(p)?;
-        Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes })
+        Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes, concurrent })
     }
 
     fn bytes_of(&self, loc: &Loc) -> &[u8] {

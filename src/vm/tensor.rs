@@ -10,6 +10,31 @@ use crate::numerics as nx;
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
+/// Buffers from this size on ask for transparent huge pages, as numpy does for its arrays:
+/// kernels streaming through hundreds of MiB otherwise lose much of their time to TLB misses
+/// where the system gives huge pages only on request (THP "madvise" mode).
+const HUGE_MIN: usize = 4 << 20;
+
+/// Asks the kernel to back the whole 2 MiB pages inside `ptr[..len]` with huge pages. Only
+/// advice: failure changes nothing and is ignored.
+#[cfg(target_os = "linux")]
+fn advise_huge(ptr: *mut u8, len: usize) {
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    const MADV_HUGEPAGE: i32 = 14;
+    const HUGE: usize = 2 << 20;
+    let start = (ptr as usize).next_multiple_of(HUGE);
+    let end = (ptr as usize + len) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: the range lies inside an allocation the caller owns; MADV_HUGEPAGE only
+        // changes how the kernel backs it, never its contents or validity.
+        unsafe { madvise(start as *mut std::ffi::c_void, end - start, MADV_HUGEPAGE) };
+    }
+}
+#[cfg(not(target_os = "linux"))]
+fn advise_huge(_: *mut u8, _: usize) {}
+
 /// A zero-initialized, 64-byte aligned byte buffer.
 #[derive(Clone, Default)]
 pub struct AlignedBuf {
@@ -23,6 +48,10 @@ impl AlignedBuf {
         let n = len.div_ceil(64);
         let mut lines = Vec::new();
         lines.try_reserve_exact(n).ok()?;
+        if len >= HUGE_MIN {
+            // Before the first touch, so the pages are huge from the start.
+            advise_huge(lines.as_mut_ptr() as *mut u8, n * 64);
+        }
         lines.resize(n, Line([0; 64]));
         Some(AlignedBuf { lines, len })
     }

@@ -33,8 +33,11 @@ use crate::numerics as nx;
 pub const MR: usize = 6;
 /// AVX2 microkernel columns (two ymm vectors of B per k step); AVX-512 uses 32.
 pub const NR: usize = 16;
-/// Depth of one packed block: a KC×NR B micro-panel (16 KiB) stays in L1.
+/// Depth of one packed block for the AVX2 kernel: a KC×NR B micro-panel (16 KiB) and an A
+/// micro-panel stay in a 32 KiB L1.
 const KC: usize = 256;
+/// The same for the AVX-512 kernel (NR = 32): 16 KiB of B micro-panel.
+const KC512: usize = 128;
 /// Rows of A packed per block (rounded up to a multiple of the kernel's rows): MC×KC floats
 /// (144 KiB) stay in L2.
 const MC: usize = 144;
@@ -229,98 +232,28 @@ mod x86 {
     /// Largest microkernel tile (floats); partial tiles go through a scratch tile this big.
     const MAX_TILE: usize = 12 * 32;
 
-    /// The lane operations the microkernel needs, for one vector width. Every method is
-    /// `#[inline(always)]` and only ever runs inlined into a `#[target_feature]` entry point
-    /// ([`tile_avx2`], [`tile_avx512`]) that enables the width's instruction set.
-    pub(super) trait Lanes: Copy {
-        /// f32 lanes per vector.
-        const LANES: usize;
-        /// # Safety
-        /// The CPU must have the width's instruction set.
-        unsafe fn zero() -> Self;
-        /// # Safety
-        /// As [`Lanes::zero`]; `p[..LANES]` readable.
-        unsafe fn load(p: *const f32) -> Self;
-        /// # Safety
-        /// As [`Lanes::zero`]; `*p` readable.
-        unsafe fn splat(p: *const f32) -> Self;
-        /// # Safety
-        /// As [`Lanes::zero`]; `p[..LANES]` writable.
-        unsafe fn store(self, p: *mut f32);
-        /// `self + a*b`: a separate multiply and add (STRICT) or one FMA.
-        /// # Safety
-        /// As [`Lanes::zero`].
-        unsafe fn mul_add<const STRICT: bool>(self, a: Self, b: Self) -> Self;
-        /// Any NaN lane becomes the canonical NaN.
-        /// # Safety
-        /// As [`Lanes::zero`].
-        unsafe fn canon_nan(self) -> Self;
-    }
+    use crate::exec::cpu::simd::lanes::Lanes;
 
-    impl Lanes for __m256 {
-        const LANES: usize = 8;
-        #[inline(always)]
-        unsafe fn zero() -> Self {
-            _mm256_setzero_ps()
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            _mm256_loadu_ps(p)
-        }
-        #[inline(always)]
-        unsafe fn splat(p: *const f32) -> Self {
-            _mm256_broadcast_ss(&*p)
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            _mm256_storeu_ps(p, self)
-        }
-        #[inline(always)]
-        unsafe fn mul_add<const STRICT: bool>(self, a: Self, b: Self) -> Self {
-            if STRICT {
-                _mm256_add_ps(self, _mm256_mul_ps(a, b))
-            } else {
-                _mm256_fmadd_ps(a, b, self)
-            }
-        }
-        #[inline(always)]
-        unsafe fn canon_nan(self) -> Self {
-            let qnan = _mm256_castsi256_ps(_mm256_set1_epi32(nx::CANONICAL_NAN as i32));
-            _mm256_blendv_ps(self, qnan, _mm256_cmp_ps::<_CMP_UNORD_Q>(self, self))
+    /// `acc + a*b`: a separate multiply and add (STRICT) or one FMA.
+    ///
+    /// # Safety
+    /// As every [`Lanes`] method: inlined into a function compiled for `W`'s width.
+    #[inline(always)]
+    unsafe fn mul_add<W: Lanes, const STRICT: bool>(acc: W, a: W, b: W) -> W {
+        if STRICT {
+            W::add(acc, W::mul(a, b))
+        } else {
+            W::fmadd(a, b, acc)
         }
     }
 
-    impl Lanes for __m512 {
-        const LANES: usize = 16;
-        #[inline(always)]
-        unsafe fn zero() -> Self {
-            _mm512_setzero_ps()
-        }
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            _mm512_loadu_ps(p)
-        }
-        #[inline(always)]
-        unsafe fn splat(p: *const f32) -> Self {
-            _mm512_set1_ps(*p)
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            _mm512_storeu_ps(p, self)
-        }
-        #[inline(always)]
-        unsafe fn mul_add<const STRICT: bool>(self, a: Self, b: Self) -> Self {
-            if STRICT {
-                _mm512_add_ps(self, _mm512_mul_ps(a, b))
-            } else {
-                _mm512_fmadd_ps(a, b, self)
-            }
-        }
-        #[inline(always)]
-        unsafe fn canon_nan(self) -> Self {
-            let qnan = _mm512_castsi512_ps(_mm512_set1_epi32(nx::CANONICAL_NAN as i32));
-            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(self, self), self, qnan)
-        }
+    /// Any NaN lane becomes the canonical NaN.
+    ///
+    /// # Safety
+    /// As [`mul_add`].
+    #[inline(always)]
+    unsafe fn canon_nan<W: Lanes>(v: W) -> W {
+        W::sel(W::unord(v, v), W::float(W::si(nx::CANONICAL_NAN as i32)), v)
     }
 
     /// A microkernel shape and its entry point.
@@ -329,6 +262,8 @@ mod x86 {
         const MR: usize;
         /// Tile columns (whole vectors of B per k step).
         const NR: usize;
+        /// Depth of one packed block: a KC×NR B micro-panel plus an A micro-panel stay in L1.
+        const KC: usize;
         /// One MR×NR tile (see [`tile`]).
         ///
         /// # Safety
@@ -356,6 +291,7 @@ mod x86 {
     impl Micro for Avx2 {
         const MR: usize = MR;
         const NR: usize = NR;
+        const KC: usize = KC;
         unsafe fn tile(
             strict: bool,
             kc: usize,
@@ -375,6 +311,7 @@ mod x86 {
     impl Micro for Avx512 {
         const MR: usize = 12;
         const NR: usize = 32;
+        const KC: usize = KC512;
         unsafe fn tile(
             strict: bool,
             kc: usize,
@@ -469,13 +406,13 @@ mod x86 {
         let k = ops.k;
         let nc_max = NC.min((r.j1 - r.j0).next_multiple_of(nr));
         let mc_max = MC.next_multiple_of(mr).min((r.i1 - r.i0).next_multiple_of(mr));
-        let kc_max = KC.min(k);
+        let kc_max = K::KC.min(k);
         let bpack = aligned(bbuf, kc_max * nc_max);
         let apack = aligned(abuf, kc_max * mc_max);
         for jc in (r.j0..r.j1).step_by(NC) {
             let nc = NC.min(r.j1 - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
+            for pc in (0..k).step_by(K::KC) {
+                let kc = K::KC.min(k - pc);
                 let (first, last) = (pc == 0, pc + kc == k);
                 pack_b(ops, nr, pc, kc, jc, nc, bpack);
                 for ic in (r.i0..r.i1).step_by(mc_max) {
@@ -556,7 +493,7 @@ mod x86 {
         }
     }
 
-    /// One MR×(NV·LANES) tile; partial tiles go through a full-size scratch tile.
+    /// One MR×(NV·N) tile; partial tiles go through a full-size scratch tile.
     ///
     /// # Safety
     /// The CPU must have `W`'s instruction set (this is only inlined into the entry points
@@ -576,7 +513,7 @@ mod x86 {
         first: bool,
         last: bool,
     ) {
-        let nr = NV * W::LANES;
+        let nr = NV * W::N;
         if rows == MR_ && cols == nr {
             if strict {
                 kernel::<W, MR_, NV, true>(kc, ap, bp, cp, ldc, first, last);
@@ -619,7 +556,7 @@ mod x86 {
         first: bool,
         last: bool,
     ) {
-        let nr = NV * W::LANES;
+        let nr = NV * W::N;
         for r in 0..MR_ {
             _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(cp.add(r * ldc + nr - 1) as *const i8);
@@ -628,7 +565,7 @@ mod x86 {
         if !first {
             for (r, row) in acc.iter_mut().enumerate() {
                 for (v, a) in row.iter_mut().enumerate() {
-                    *a = W::load(cp.add(r * ldc + v * W::LANES));
+                    *a = W::load(cp.add(r * ldc + v * W::N));
                 }
             }
         }
@@ -641,12 +578,12 @@ mod x86 {
         ) {
             let mut b = [W::zero(); NV];
             for (v, bv) in b.iter_mut().enumerate() {
-                *bv = W::load(bp.add(v * W::LANES));
+                *bv = W::load(bp.add(v * W::N));
             }
             for (r, row) in acc.iter_mut().enumerate() {
-                let av = W::splat(ap.add(r));
+                let av = W::splat(*ap.add(r));
                 for (a, &bv) in row.iter_mut().zip(&b) {
-                    *a = a.mul_add::<STRICT>(av, bv);
+                    *a = mul_add::<W, STRICT>(*a, av, bv);
                 }
             }
         }
@@ -668,13 +605,13 @@ mod x86 {
         if STRICT && last {
             for row in acc.iter_mut() {
                 for v in row.iter_mut() {
-                    *v = v.canon_nan();
+                    *v = canon_nan(*v);
                 }
             }
         }
         for (r, row) in acc.iter().enumerate() {
             for (v, a) in row.iter().enumerate() {
-                a.store(cp.add(r * ldc + v * W::LANES));
+                a.store(cp.add(r * ldc + v * W::N));
             }
         }
     }

@@ -26,9 +26,47 @@
 //! Other broadcasts fall back to the reference.
 
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+mod kernels;
+#[cfg(target_arch = "x86_64")]
+pub(super) mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod vmath;
+
+/// Runs `$body` with the type `$L` naming the vector of the widest level `$ctx` allows
+/// (`__m512` for AVX-512, else `__m256`), inside a function compiled for that instruction set
+/// (`lanes::with_avx512` / `with_avx2`), so the generic kernels inline into one wide loop.
+/// Only for `ctx.level >= Avx2`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! with_lanes {
+    ($ctx:expr, $L:ident => $body:expr) => {{
+        debug_assert!($ctx.level >= SimdLevel::Avx2);
+        if $ctx.level >= SimdLevel::Avx512 {
+            #[allow(dead_code)]
+            type $L = std::arch::x86_64::__m512;
+            // SAFETY: `ctx.level >= Avx512` is only ever set after CPUID and the OS reported
+            // AVX-512 F/BW/DQ/VL (and AVX2, FMA) on this CPU (`SimdLevel::detect`); the body's
+            // own requirements are stated where it is written.
+            unsafe {
+                lanes::with_avx512(
+                    #[inline(always)]
+                    || $body,
+                )
+            }
+        } else {
+            #[allow(dead_code)]
+            type $L = std::arch::x86_64::__m256;
+            // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID and the OS reported
+            // AVX2 and FMA on this CPU (`SimdLevel::detect`); the body's own requirements are
+            // stated where it is written.
+            unsafe {
+                lanes::with_avx2(
+                    #[inline(always)]
+                    || $body,
+                )
+            }
+        }
+    }};
+}
 
 use rayon::prelude::*;
 
@@ -39,6 +77,10 @@ use crate::isa::Tier;
 
 /// Work (elements times a per-element cost) below which a call runs on the calling thread.
 pub const INLINE_WORK: usize = 1 << 15;
+/// Outputs (f32) from which binary ops write with non-temporal stores: 16 MiB, beyond the
+/// caches of the machines this targets, where read-for-ownership of the output would cost a
+/// quarter of the memory traffic. Same values either way.
+const STREAM_MIN: usize = 1 << 22;
 /// Work per chunk when a call is split over the pool.
 const CHUNK_WORK: usize = 1 << 14;
 
@@ -111,10 +153,14 @@ pub fn unary(ctx: &Ctx, op: Unary, a: &[f32], out: &mut [f32]) {
     {
         let n = out.len().min(a.len());
         let fast = fast(ctx);
-        run_chunks(ctx, &mut out[..n], 1, unary_cost(op), 8, |s, o| {
-            // SAFETY: use_avx2 checked that the CPU has AVX2 and FMA; the slices are in bounds.
-            unsafe { avx2::unary(op, fast, &a[s..s + o.len()], o) }
-        });
+        run_chunks(
+            ctx,
+            &mut out[..n],
+            1,
+            unary_cost(op),
+            16,
+            |s, o| with_lanes!(ctx, L => kernels::unary::<L>(op, fast, &a[s..s + o.len()], o)),
+        );
     }
 }
 
@@ -128,17 +174,22 @@ pub fn binary_scalar(ctx: &Ctx, op: Binary, a: &[f32], s: f32, out: &mut [f32]) 
         let n = out.len().min(a.len());
         let fast = fast(ctx);
         let cost = if op == Binary::Div { 4 } else { 1 };
-        run_chunks(ctx, &mut out[..n], 1, cost, 8, |st, o| {
-            // SAFETY: use_avx2 checked that the CPU has AVX2 and FMA; the slices are in bounds.
-            unsafe { avx2::binary_scalar(op, fast, &a[st..st + o.len()], s, o) }
-        });
+        let nt = n >= STREAM_MIN;
+        run_chunks(
+            ctx,
+            &mut out[..n],
+            1,
+            cost,
+            16,
+            |st, o| with_lanes!(ctx, L => kernels::binary_scalar::<L>(op, fast, &a[st..st + o.len()], s, o, nt)),
+        );
     }
 }
 
 /// How an operand of `shape` maps onto an output of `out` (numpy broadcasting), if it is one
 /// of the fast-path layouts.
 #[cfg(target_arch = "x86_64")]
-fn side(shape: &[usize], out: &[usize]) -> Option<avx2::Side> {
+fn side(shape: &[usize], out: &[usize]) -> Option<kernels::Side> {
     if shape.len() > out.len() {
         return None;
     }
@@ -166,10 +217,10 @@ fn side(shape: &[usize], out: &[usize]) -> Option<avx2::Side> {
     let n: usize = shape.iter().product();
     let total: usize = out.iter().product();
     match (first_bc, last_bc, first_kept, last_kept) {
-        (None, ..) => Some(avx2::Side::Full),
-        (Some(_), Some(_), None, _) => Some(avx2::Side::Row(1)),
-        (Some(_), Some(lb), Some(fk), _) if lb < fk => Some(avx2::Side::Row(n)),
-        (Some(fb), _, Some(_), Some(lk)) if lk < fb => Some(avx2::Side::Col(total / n)),
+        (None, ..) => Some(kernels::Side::Full),
+        (Some(_), Some(_), None, _) => Some(kernels::Side::Row(1)),
+        (Some(_), Some(lb), Some(fk), _) if lb < fk => Some(kernels::Side::Row(n)),
+        (Some(fb), _, Some(_), Some(lk)) if lk < fb => Some(kernels::Side::Col(total / n)),
         _ => None,
     }
 }
@@ -188,7 +239,7 @@ pub fn binary(
 ) {
     #[cfg(target_arch = "x86_64")]
     if use_avx2(ctx) {
-        use avx2::Side;
+        use kernels::Side;
         let total: usize = out_shape.iter().product();
         if total == 0 {
             return;
@@ -210,10 +261,11 @@ pub fn binary(
             if sa == Side::Full || sb == Side::Full {
                 let fast = fast(ctx);
                 let cost = if op == Binary::Div { 4 } else { 1 };
-                run_chunks(ctx, &mut out[..total], 1, cost, 8, |st, o| {
-                    // SAFETY: use_avx2 checked that the CPU has AVX2 and FMA; `side` proved
-                    // that each operand has the length its layout needs for `total` outputs.
-                    unsafe { avx2::binary_range(op, fast, a, sa, b, sb, o, st) }
+                let nt = total >= STREAM_MIN;
+                run_chunks(ctx, &mut out[..total], 1, cost, 16, |st, o| {
+                    // `side` proved that each operand has the length its layout needs for
+                    // `total` outputs (what `binary_range` requires).
+                    with_lanes!(ctx, L => kernels::binary_range::<L>(op, fast, a, sa, b, sb, o, st, nt))
                 });
                 return;
             }
@@ -236,7 +288,7 @@ pub fn softmax(
     }
     #[cfg(target_arch = "x86_64")]
     {
-        use avx2::RowMask;
+        use kernels::RowMask;
         let r = shape.len();
         let n = shape[r - 1];
         let total: usize = shape.iter().product();
@@ -257,29 +309,28 @@ pub fn softmax(
         };
         let fast = fast(ctx);
         run_chunks(ctx, &mut out[..total], n, n * 12, 1, |st, o| {
-            for (k, orow) in o.chunks_exact_mut(n).enumerate() {
-                let row = st / n + k;
-                let xrow = &x[row * n..(row + 1) * n];
-                let rm = match (mask, &ms) {
-                    (Some((mv, _)), Some(st)) => {
-                        let off = mask_off(row, st);
-                        if st[r - 1] == 0 {
-                            RowMask::Splat(mv[off])
-                        } else {
-                            RowMask::Row(&mv[off..off + n])
+            with_lanes!(ctx, L => {
+                for (k, orow) in o.chunks_exact_mut(n).enumerate() {
+                    let row = st / n + k;
+                    let xrow = &x[row * n..(row + 1) * n];
+                    let rm = match (mask, &ms) {
+                        (Some((mv, _)), Some(st)) => {
+                            let off = mask_off(row, st);
+                            if st[r - 1] == 0 {
+                                RowMask::Splat(mv[off])
+                            } else {
+                                RowMask::Row(&mv[off..off + n])
+                            }
                         }
-                    }
-                    _ => RowMask::None,
-                };
-                // SAFETY: use_avx2 checked that the CPU has AVX2 and FMA.
-                unsafe {
+                        _ => RowMask::None,
+                    };
                     if fast {
-                        avx2::softmax_row::<true>(xrow, rm, scale, orow)
+                        kernels::softmax_row::<L, true>(xrow, rm, scale, orow)
                     } else {
-                        avx2::softmax_row::<false>(xrow, rm, scale, orow)
+                        kernels::softmax_row::<L, false>(xrow, rm, scale, orow)
                     }
                 }
-            }
+            })
         });
     }
 }
@@ -302,17 +353,16 @@ pub fn layernorm(
         let rows = x.len().min(out.len()) / n;
         let fast = fast(ctx);
         run_chunks(ctx, &mut out[..rows * n], n, n * 4, 1, |st, o| {
-            for (k, orow) in o.chunks_exact_mut(n).enumerate() {
-                let xrow = &x[st + k * n..st + (k + 1) * n];
-                // SAFETY: use_avx2 checked that the CPU has AVX2 and FMA.
-                unsafe {
+            with_lanes!(ctx, L => {
+                for (k, orow) in o.chunks_exact_mut(n).enumerate() {
+                    let xrow = &x[st + k * n..st + (k + 1) * n];
                     if fast {
-                        avx2::layernorm_row::<true>(xrow, gamma, beta, eps, orow)
+                        kernels::layernorm_row::<L, true>(xrow, gamma, beta, eps, orow)
                     } else {
-                        avx2::layernorm_row::<false>(xrow, gamma, beta, eps, orow)
+                        kernels::layernorm_row::<L, false>(xrow, gamma, beta, eps, orow)
                     }
                 }
-            }
+            })
         });
     }
 }
@@ -327,17 +377,16 @@ pub fn rmsnorm(ctx: &Ctx, x: &[f32], n: usize, gamma: Option<&[f32]>, eps: f32, 
         let rows = x.len().min(out.len()) / n;
         let fast = fast(ctx);
         run_chunks(ctx, &mut out[..rows * n], n, n * 3, 1, |st, o| {
-            for (k, orow) in o.chunks_exact_mut(n).enumerate() {
-                let xrow = &x[st + k * n..st + (k + 1) * n];
-                // SAFETY: use_avx2 checked that the CPU has AVX2 and FMA.
-                unsafe {
+            with_lanes!(ctx, L => {
+                for (k, orow) in o.chunks_exact_mut(n).enumerate() {
+                    let xrow = &x[st + k * n..st + (k + 1) * n];
                     if fast {
-                        avx2::rmsnorm_row::<true>(xrow, gamma, eps, orow)
+                        kernels::rmsnorm_row::<L, true>(xrow, gamma, eps, orow)
                     } else {
-                        avx2::rmsnorm_row::<false>(xrow, gamma, eps, orow)
+                        kernels::rmsnorm_row::<L, false>(xrow, gamma, eps, orow)
                     }
                 }
-            }
+            })
         });
     }
 }
@@ -350,51 +399,50 @@ pub fn reduce(ctx: &Ctx, op: Reduce, x: &[f32], shape: &[usize], axis: usize, ou
     }
     #[cfg(target_arch = "x86_64")]
     {
-        use avx2::kind;
+        use kernels::kind;
         let outer: usize = shape[..axis].iter().product();
         let len = shape[axis];
         let inner: usize = shape[axis + 1..].iter().product();
         let total = outer * inner;
         if inner == 1 {
-            run_chunks(ctx, &mut out[..total], 1, len.max(1), 8, |st, o| {
-                for (k, r) in o.iter_mut().enumerate() {
-                    let row = &x[(st + k) * len..(st + k + 1) * len];
-                    // SAFETY: use_avx2 checked that the CPU has AVX2 and FMA.
-                    *r = unsafe {
-                        match op {
-                            Reduce::Sum => avx2::sum(row),
-                            Reduce::Mean => crate::numerics::div(avx2::sum(row), len as f32),
-                            Reduce::Max => avx2::max_reduce(row),
-                        }
-                    };
-                }
+            run_chunks(ctx, &mut out[..total], 1, len.max(1), 16, |st, o| {
+                with_lanes!(ctx, L => {
+                    for (k, r) in o.iter_mut().enumerate() {
+                        let row = &x[(st + k) * len..(st + k + 1) * len];
+                        *r = match op {
+                            Reduce::Sum => kernels::sum::<L>(row),
+                            Reduce::Mean => crate::numerics::div(kernels::sum::<L>(row), len as f32),
+                            Reduce::Max => kernels::max_reduce::<L>(row),
+                        };
+                    }
+                })
             });
         } else {
-            run_chunks(ctx, &mut out[..total], 1, len.max(1) + 32, 8, |st, o| {
-                // Walk the chunk in runs that stay within one outer index.
-                let mut p = 0;
-                while p < o.len() {
-                    let g = st + p;
-                    let (oi, i0) = (g / inner, g % inner);
-                    let run = (inner - i0).min(o.len() - p);
-                    let dst = &mut o[p..p + run];
-                    // SAFETY: use_avx2 checked that the CPU has AVX2 and FMA; `x` holds the
-                    // whole [outer, len, inner] tensor.
-                    unsafe {
+            run_chunks(ctx, &mut out[..total], 1, len.max(1) + 32, 16, |st, o| {
+                with_lanes!(ctx, L => {
+                    // Walk the chunk in runs that stay within one outer index.
+                    let mut p = 0;
+                    while p < o.len() {
+                        let g = st + p;
+                        let (oi, i0) = (g / inner, g % inner);
+                        let run = (inner - i0).min(o.len() - p);
+                        let dst = &mut o[p..p + run];
+                        // `x` holds the whole [outer, len, inner] tensor (what `reduce_strided`
+                        // requires).
                         match op {
                             Reduce::Sum => {
-                                avx2::reduce_strided::<{ kind::SUM }, false>(x, len, inner, oi, i0, dst)
+                                kernels::reduce_strided::<L, { kind::SUM }, false>(x, len, inner, oi, i0, dst)
                             }
                             Reduce::Mean => {
-                                avx2::reduce_strided::<{ kind::SUM }, true>(x, len, inner, oi, i0, dst)
+                                kernels::reduce_strided::<L, { kind::SUM }, true>(x, len, inner, oi, i0, dst)
                             }
                             Reduce::Max => {
-                                avx2::reduce_strided::<{ kind::MAX }, false>(x, len, inner, oi, i0, dst)
+                                kernels::reduce_strided::<L, { kind::MAX }, false>(x, len, inner, oi, i0, dst)
                             }
                         }
+                        p += run;
                     }
-                    p += run;
-                }
+                })
             });
         }
     }

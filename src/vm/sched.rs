@@ -1,0 +1,361 @@
+//! Independent instructions at the same time (the scheduler's second half; the first is the
+//! deterministic split of one instruction's work in `exec::cpu`).
+//!
+//! In the plain interpreter loop (CPU executor, worker pool, no observer that wants timing or
+//! written data), the interpreter asks [`Vm::run_independent`] at each instruction. When that
+//! instruction and the ones right after it are large float kernels that do not depend on each
+//! other, they form a *batch* and run as concurrent tasks on the worker pool; ALLOC, FREE and
+//! NOP between them (no-ops at run time) join the batch.
+//!
+//! Invariants:
+//! - **Dependencies come from memory, not names.** Only temporaries in the arena are ever
+//!   written. A batch member's destination bytes overlap no other member's destination or
+//!   source bytes, and its source bytes overlap no earlier member's destination: the
+//!   verifier's arena plan may reuse a freed temporary's bytes for a later one, and comparing
+//!   byte ranges covers that too. So every member reads exactly what it would read in program
+//!   order, and writes bytes no other member touches.
+//! - **Results never depend on the schedule.** Each member runs the same kernel with the same
+//!   [`Ctx`] (level, tier, pool size) as the one-at-a-time path, and kernels split their work by
+//!   the pool size only, never by who runs a chunk or when. So the bits are those of program
+//!   order, for any thread count.
+//! - **Observers see program order.** After a batch, every instruction in it is reported in
+//!   order with its own step number; trace digests and step counts are unchanged. (A batch only
+//!   forms when no observer wants data or timing; the step budget is never overrun. An observer
+//!   that stops the run inside a batch finds the batch's later instructions already run: they
+//!   wrote temporaries only, which nothing outside the run sees.)
+//! - Members are float kernels with every operand f32 and aligned (the common case), the
+//!   destination not among the sources, and none can fail at run time.
+
+use std::ops::{ControlFlow, Range};
+
+use super::{binary_of, norm_axis, unary_of, ConstStore, Frame, Loc, Observer, StepEvent, Vm, MAX_SOURCES};
+use crate::exec::cpu::reference::{MatmulShape, Reduce};
+use crate::exec::cpu::{self as cpu, simd, Ctx};
+use crate::format::Program;
+use crate::isa::{DType, Insn, Opcode, TensorId};
+
+/// Least work (elements of the output or first source, or multiply-adds for MATMUL) for an instruction to join a
+/// batch: below it a task costs more than running in line.
+const MIN_WORK: u64 = 1 << 14;
+/// Least output values for an instruction to start a batch (it may still join one with
+/// fewer, e.g. a reduction to a short row).
+const START_MIN: u64 = 64;
+/// Most tensor instructions in one batch.
+const MAX_BATCH: usize = 8;
+
+/// How a batch ended.
+pub(super) struct Ran {
+    /// Instructions executed (and reported).
+    pub steps: u64,
+    /// An observer asked to stop.
+    pub stop: bool,
+}
+
+/// One batch member: its instruction index and the byte ranges it writes and reads.
+struct Member {
+    index: usize,
+    dst: Range<usize>,
+    srcs: [Option<TensorId>; MAX_SOURCES],
+}
+
+/// The destination and sources of a float kernel instruction that may join a batch.
+fn operands(insn: &Insn) -> Option<(TensorId, [Option<TensorId>; MAX_SOURCES])> {
+    Some(match *insn {
+        Insn::Neg { dst, a }
+        | Insn::Abs { dst, a }
+        | Insn::Sqrt { dst, a }
+        | Insn::Rsqrt { dst, a }
+        | Insn::Exp { dst, a }
+        | Insn::Log { dst, a }
+        | Insn::Relu { dst, a }
+        | Insn::Sigmoid { dst, a }
+        | Insn::Tanh { dst, a }
+        | Insn::Gelu { dst, a }
+        | Insn::AddS { dst, a, .. }
+        | Insn::SubS { dst, a, .. }
+        | Insn::MulS { dst, a, .. }
+        | Insn::DivS { dst, a, .. }
+        | Insn::MaxS { dst, a, .. }
+        | Insn::MinS { dst, a, .. } => (dst, [Some(a), None, None, None]),
+        Insn::Add { dst, a, b }
+        | Insn::Sub { dst, a, b }
+        | Insn::Mul { dst, a, b }
+        | Insn::Div { dst, a, b }
+        | Insn::Max { dst, a, b }
+        | Insn::Min { dst, a, b } => (dst, [Some(a), Some(b), None, None]),
+        Insn::Matmul { dst, a, b, bias, .. } => (dst, [Some(a), Some(b), bias, None]),
+        Insn::Softmax { dst, x, mask, .. } => (dst, [Some(x), mask, None, None]),
+        Insn::Layernorm { dst, x, gamma, beta, .. } => (dst, [Some(x), gamma, beta, None]),
+        Insn::Rmsnorm { dst, x, gamma, .. } => (dst, [Some(x), gamma, None, None]),
+        Insn::ReduceSum { dst, src, .. }
+        | Insn::ReduceMean { dst, src, .. }
+        | Insn::ReduceMax { dst, src, .. } => (dst, [Some(src), None, None, None]),
+        _ => return None,
+    })
+}
+
+/// The reduction dimension of a MATMUL (1 for other instructions).
+fn depth(f: &Frame, insn: &Insn) -> u64 {
+    match *insn {
+        Insn::Matmul { a, ta, .. } => {
+            let s = &f.shapes[a.0 as usize];
+            (if ta { s[s.len() - 2] } else { s[s.len() - 1] }) as u64
+        }
+        _ => 1,
+    }
+}
+
+/// The (flops, bytes) an instruction reports, as the one-at-a-time path counts them.
+fn cost(f: &Frame, insn: &Insn, dst: TensorId, srcs: &[Option<TensorId>]) -> (u64, u64) {
+    let n = |t: TensorId| f.counts[t.0 as usize];
+    let (nd, ns0) = (n(dst), srcs[0].map_or(0, n));
+    match insn.opcode() {
+        Opcode::Matmul => (2 * nd * depth(f, insn), (ns0 + srcs[1].map_or(0, n) + nd) * 4),
+        Opcode::Add | Opcode::Sub | Opcode::Mul | Opcode::Div | Opcode::Max | Opcode::Min => {
+            (nd, (ns0 + srcs[1].map_or(0, n) + nd) * 4)
+        }
+        Opcode::Softmax => (5 * nd, 2 * nd * 4),
+        Opcode::Layernorm => (8 * nd, 2 * nd * 4),
+        Opcode::Rmsnorm => (4 * nd, 2 * nd * 4),
+        Opcode::ReduceSum | Opcode::ReduceMean | Opcode::ReduceMax => (ns0, (ns0 + nd) * 4),
+        _ => (nd, 2 * nd * 4),
+    }
+}
+
+/// The arena bytes a member reads (inputs and constants are never written).
+fn reads<'a>(f: &'a Frame, m: &'a Member) -> impl Iterator<Item = Range<usize>> + 'a {
+    m.srcs.iter().flatten().filter_map(|s| match &f.locs[s.0 as usize] {
+        Loc::Arena(r) => Some(r.clone()),
+        _ => None,
+    })
+}
+
+fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+/// Runs one float kernel instruction on its operands: the same calls as `Vm::exec`.
+fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<&[f32]>; MAX_SOURCES]) {
+    let shape = |t: TensorId| f.shapes[t.0 as usize].as_slice();
+    let x = ins[0].unwrap_or_default();
+    match *insn {
+        Insn::Matmul { dst, a, b, bias, ta, tb, act } => {
+            let g =
+                MatmulShape { a: shape(a).to_vec(), b: shape(b).to_vec(), out: shape(dst).to_vec(), ta, tb };
+            let bias = ins[2].zip(bias.map(shape));
+            cpu::matmul(ctx, &g, x, ins[1].unwrap_or_default(), bias, act, out);
+        }
+        Insn::Add { dst, a, b }
+        | Insn::Sub { dst, a, b }
+        | Insn::Mul { dst, a, b }
+        | Insn::Div { dst, a, b }
+        | Insn::Max { dst, a, b }
+        | Insn::Min { dst, a, b } => simd::binary(
+            ctx,
+            binary_of(insn.opcode()),
+            x,
+            shape(a),
+            ins[1].unwrap_or_default(),
+            shape(b),
+            out,
+            shape(dst),
+        ),
+        Insn::AddS { s, .. }
+        | Insn::SubS { s, .. }
+        | Insn::MulS { s, .. }
+        | Insn::DivS { s, .. }
+        | Insn::MaxS { s, .. }
+        | Insn::MinS { s, .. } => simd::binary_scalar(ctx, binary_of(insn.opcode()), x, s, out),
+        Insn::Softmax { x: xt, mask, scale, .. } => {
+            simd::softmax(ctx, x, shape(xt), ins[1].zip(mask.map(shape)), scale, out)
+        }
+        Insn::Layernorm { x: xt, eps, .. } => {
+            let n = shape(xt).last().copied().unwrap_or(1);
+            simd::layernorm(ctx, x, n, ins[1], ins[2], eps, out)
+        }
+        Insn::Rmsnorm { x: xt, eps, .. } => {
+            let n = shape(xt).last().copied().unwrap_or(1);
+            simd::rmsnorm(ctx, x, n, ins[1], eps, out)
+        }
+        Insn::ReduceSum { src, axis, .. }
+        | Insn::ReduceMean { src, axis, .. }
+        | Insn::ReduceMax { src, axis, .. } => {
+            let op = match insn.opcode() {
+                Opcode::ReduceSum => Reduce::Sum,
+                Opcode::ReduceMean => Reduce::Mean,
+                _ => Reduce::Max,
+            };
+            let s = shape(src);
+            simd::reduce(ctx, op, x, s, norm_axis(axis, s.len()), out)
+        }
+        _ => simd::unary(ctx, unary_of(insn.opcode()), x, out),
+    }
+}
+
+/// A raw view of the arena shared by a batch's tasks (see the module invariants).
+#[derive(Clone, Copy)]
+struct ArenaPtr(*mut u8);
+impl ArenaPtr {
+    /// The address `off` bytes in (the caller keeps it within the arena).
+    fn at(self, off: usize) -> *mut u8 {
+        self.0.wrapping_add(off)
+    }
+}
+// SAFETY: tasks get byte ranges of one live arena that the batch proved disjoint from every
+// range another task writes; the arena outlives the scope they run in.
+unsafe impl Send for ArenaPtr {}
+// SAFETY: as above.
+unsafe impl Sync for ArenaPtr {}
+
+impl Vm {
+    /// The member an instruction would be, if it may join a batch (large enough, f32 and
+    /// aligned operands, destination in the arena and not read by itself).
+    fn member(&self, p: &Program, f: &Frame, index: usize, insn: &Insn) -> Option<Member> {
+        let (dst, srcs) = operands(insn)?;
+        let elements = f.counts[dst.0 as usize].max(srcs[0].map_or(0, |s| f.counts[s.0 as usize]));
+        if elements.saturating_mul(depth(f, insn)) < MIN_WORK {
+            return None;
+        }
+        let f32_ok = |t: TensorId| p.tensors[t.0 as usize].dtype == DType::F32;
+        if !f32_ok(dst) || srcs.iter().flatten().any(|&s| s == dst || !f32_ok(s)) {
+            return None;
+        }
+        let Loc::Arena(r) = &f.locs[dst.0 as usize] else { return None };
+        Some(Member { index, dst: r.clone(), srcs })
+    }
+
+    /// A source's f32 data, or None when it is not aligned for f32 (then no batch).
+    fn source<'a>(&'a self, p: &'a Program, f: &Frame, arena: ArenaPtr, t: TensorId) -> Option<&'a [f32]> {
+        let bytes: &[u8] = match &f.locs[t.0 as usize] {
+            // SAFETY: the range lies in the live arena (the plan sized it) and, for the whole
+            // batch, no task writes it (module invariants).
+            Loc::Arena(r) => unsafe { std::slice::from_raw_parts(arena.at(r.start), r.len()) },
+            Loc::Input(k) => self.inputs[*k].as_ref().map_or(&[][..], |t| t.bytes()),
+            Loc::Const(i) => match &self.consts[*i] {
+                Some(ConstStore::Data(r)) => &p.data[r.clone()],
+                Some(ConstStore::Owned(b)) => b.bytes(),
+                None => &[],
+            },
+        };
+        bytemuck::try_cast_slice(bytes).ok()
+    }
+
+    /// Runs the instructions from `pc` on as a batch of concurrent tasks if at least two large
+    /// independent float kernels start there (see the module docs), reporting each to
+    /// `observer` in program order. None: no batch; the caller runs `pc` as usual.
+    #[inline]
+    pub(super) fn run_independent(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        pc: usize,
+        steps: u64,
+        observer: &mut dyn Observer,
+    ) -> Option<Ran> {
+        // This runs before every instruction of a plain run: the cheap tests here, the rest in
+        // `run_batch`, out of line.
+        self.pool.as_ref()?;
+        let dst = self.writes[pc]?;
+        if f.counts[dst.0 as usize] < START_MIN {
+            return None;
+        }
+        self.run_batch(p, f, pc, steps, observer)
+    }
+
+    /// [`Vm::run_independent`] past its first tests.
+    #[inline(never)]
+    fn run_batch(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        pc: usize,
+        steps: u64,
+        observer: &mut dyn Observer,
+    ) -> Option<Ran> {
+        let first = self.member(p, f, pc, &self.program.instructions()[pc].insn)?;
+        let program = self.program.clone();
+        let code = program.instructions();
+        let budget = self.config.max_steps.map_or(usize::MAX, |m| m.saturating_sub(steps) as usize);
+        let mut members = vec![first];
+        let mut end = pc + 1;
+        while end < code.len() && end - pc < budget && members.len() < MAX_BATCH {
+            let insn = &code[end].insn;
+            if matches!(insn, Insn::Alloc { .. } | Insn::Free { .. } | Insn::Nop) {
+                end += 1;
+                continue;
+            }
+            let Some(m) = self.member(p, f, end, insn) else { break };
+            let independent = members.iter().all(|o| {
+                !overlaps(&o.dst, &m.dst)
+                    && reads(f, o).all(|r| !overlaps(&r, &m.dst))
+                    && reads(f, &m).all(|r| !overlaps(&r, &o.dst))
+            });
+            if !independent {
+                break;
+            }
+            members.push(m);
+            end += 1;
+        }
+        // Trailing no-ops are left to the plain loop.
+        while members.last().is_some_and(|m| m.index + 1 < end) {
+            end -= 1;
+        }
+        if members.len() < 2 {
+            return None;
+        }
+        let arena = ArenaPtr(self.arena.bytes_mut().as_mut_ptr());
+        let mut tasks = Vec::with_capacity(members.len());
+        for m in &members {
+            let mut ins: [Option<&[f32]>; MAX_SOURCES] = [None; MAX_SOURCES];
+            for (slot, s) in ins.iter_mut().zip(m.srcs) {
+                if let Some(t) = s {
+                    *slot = Some(self.source(p, f, arena, t)?);
+                }
+            }
+            if m.dst.start % 4 != 0 {
+                return None;
+            }
+            tasks.push((m, ins));
+        }
+        let ctx = f.ctx();
+        let pool = ctx.pool?;
+        pool.install(|| {
+            rayon::scope(|s| {
+                for (m, ins) in &tasks {
+                    let insn = &code[m.index].insn;
+                    s.spawn(move |_| {
+                        // SAFETY: the destination range lies in the live arena, is f32-aligned
+                        // (checked above; the arena itself is 64-byte aligned) and no other
+                        // task reads or writes it (module invariants).
+                        let out = unsafe {
+                            std::slice::from_raw_parts_mut(arena.at(m.dst.start) as *mut f32, m.dst.len() / 4)
+                        };
+                        run_kernel(&ctx, f, insn, out, ins);
+                    });
+                }
+            })
+        });
+        let mut ran = Ran { steps: 0, stop: false };
+        for (index, instruction) in code.iter().enumerate().take(end).skip(pc) {
+            let cost = match operands(&instruction.insn) {
+                Some((dst, srcs)) => cost(f, &instruction.insn, dst, &srcs),
+                None => (0, 0),
+            };
+            let flow = observer.step(&StepEvent {
+                step: steps + ran.steps,
+                index,
+                instruction,
+                written: None,
+                elapsed: std::time::Duration::ZERO,
+                flops: cost.0,
+                bytes: cost.1,
+            });
+            ran.steps += 1;
+            if flow == ControlFlow::Break(()) {
+                ran.stop = true;
+                break;
+            }
+        }
+        Some(ran)
+    }
+}
