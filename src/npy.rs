@@ -44,6 +44,9 @@ pub fn read(path: &Path, want: Option<DType>) -> Result<HostTensor, NpyError> {
 /// Parses .npy bytes (see [`read`]); `name` is used in messages.
 pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor, NpyError> {
     let malformed = |why: String| NpyError::Malformed { path: name.to_string(), why };
+    if let Some(shape) = oversized_shape(bytes) {
+        return Err(malformed(format!("shape {shape} has more elements than fit 64 bits")));
+    }
     let mut reader = bytes;
     let header = npyz::NpyHeader::from_reader(&mut reader).map_err(|e| malformed(e.to_string()))?;
     let data_start = bytes.len() - reader.len();
@@ -97,6 +100,33 @@ pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor
         .ok_or_else(|| malformed("cannot allocate the array".into()))
 }
 
+/// The header's `'shape': (...)` text when its element count does not fit 64 bits. npyz
+/// multiplies the dimensions unchecked (a panic where overflow checks are on, a wrong count
+/// where not), so such a header is refused before npyz reads it. None when the header is
+/// fine or cannot be read here (npyz then reports what is wrong with it).
+fn oversized_shape(bytes: &[u8]) -> Option<String> {
+    let (start, len) = match *bytes.get(6)? {
+        1 => (10usize, u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?) as usize),
+        2 | 3 => (12, u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?) as usize),
+        _ => return None,
+    };
+    let header = String::from_utf8_lossy(bytes.get(start..start.checked_add(len)?)?);
+    let rest = &header[header.find("shape")? + "shape".len()..];
+    let open = rest.find('(')?;
+    let close = open + rest[open..].find(')')?;
+    let tuple = &rest[open..=close];
+    let mut count: Option<u64> = Some(1);
+    for d in tuple[1..tuple.len() - 1].split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let d = d.trim_end_matches(['L', 'l']);
+        if !d.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        // A dimension too large for u64 overflows too.
+        count = count.and_then(|c| c.checked_mul(d.parse::<u64>().ok()?));
+    }
+    count.is_none().then(|| tuple.to_string())
+}
+
 /// The .npy encoding of a tensor.
 pub fn to_bytes(t: &HostTensor) -> Vec<u8> {
     let descr = match t.dtype {
@@ -130,23 +160,7 @@ pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
         .map_err(|source| NpyError::Write { path: path.display().to_string(), source })
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a rename, so a
-/// failure never leaves a half-written file behind.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
-    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
+pub use crate::output::write_atomically;
 
 #[cfg(test)]
 mod tests {

@@ -510,6 +510,9 @@ impl Recorder {
         unsafe { d.end_command_buffer(self.cmd) }.map_err(check("vkEndCommandBuffer"))?;
         let cmds = [self.cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        if super::fault::fail_submission() {
+            return Err(check("vkQueueSubmit")(vk::Result::ERROR_DEVICE_LOST));
+        }
         {
             let queue = self.dev.queue.lock().unwrap_or_else(|p| p.into_inner());
             // SAFETY: the queue is externally synchronized by its lock; cmd is executable.
