@@ -539,7 +539,8 @@ fn isa_ops() -> Vec<(&'static adeadvm::isa::OpInfo, Form)> {
         .iter()
         .filter(|i| i.tier == Tier::Strict && matches!(i.dtypes, DtypeClass::Float | DtypeClass::Numeric))
         .filter_map(|i| {
-            let required: Vec<K> = i.operands.iter().filter(|o| o.default.is_none()).map(|o| o.kind).collect();
+            let required: Vec<K> =
+                i.operands.iter().filter(|o| o.default.is_none()).map(|o| o.kind).collect();
             let form = match (i.group, required.as_slice()) {
                 (Group::Elementwise, [K::Tensor, K::Tensor]) => Form::Unary,
                 (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor]) => Form::Binary,

@@ -318,7 +318,10 @@ impl Program {
         let limit = match regular_len {
             Some(len) => {
                 bytes.try_reserve_exact(len.saturating_sub(32) as usize).map_err(|_| {
-                    io(std::io::Error::new(std::io::ErrorKind::OutOfMemory, "the file does not fit in memory"))
+                    io(std::io::Error::new(
+                        std::io::ErrorKind::OutOfMemory,
+                        "the file does not fit in memory",
+                    ))
                 })?;
                 u64::MAX
             }

@@ -48,7 +48,9 @@ pub enum PlanError {
     DimTooLarge { name: String, value: u64 },
     #[error("{what} is too large: its size in bytes does not fit 64 bits")]
     Overflow { what: String },
-    #[error("{what} has shape {shape:?}: {elements} elements, more than the maximum of {MAX_ELEMENTS} (2^40)")]
+    #[error(
+        "{what} has shape {shape:?}: {elements} elements, more than the maximum of {MAX_ELEMENTS} (2^40)"
+    )]
     TooManyElements { what: String, shape: Vec<u64>, elements: u128 },
     #[error("unknown dimension {name} (the program's symbols: {known})")]
     UnknownSymbol { name: String, known: String },

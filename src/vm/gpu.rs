@@ -187,7 +187,9 @@ impl Gpu {
                     d.max_compute_workgroup_invocations
                 ))
             } else if gx > cx || gy > cy || gz > cz {
-                Some(format!("it dispatches {gx}x{gy}x{gz} workgroups; the device allows at most {cx}x{cy}x{cz}"))
+                Some(format!(
+                    "it dispatches {gx}x{gy}x{gz} workgroups; the device allows at most {cx}x{cy}x{cz}"
+                ))
             } else if k.push_bytes > d.max_push_constants_size {
                 Some(format!(
                     "it takes {} push-constant bytes; the device allows {}",
@@ -217,7 +219,8 @@ impl Gpu {
         let peak = plan.peak_bytes;
         let info = self.exec.device().info();
         // A device that reports no device-local heap has no default budget.
-        let budget = budget.unwrap_or(if info.device_local_bytes > 0 { info.device_local_bytes } else { u64::MAX });
+        let budget =
+            budget.unwrap_or(if info.device_local_bytes > 0 { info.device_local_bytes } else { u64::MAX });
         let needed = (peak + 256).saturating_add(plan.const_bytes).saturating_add(plan.input_bytes);
         if needed > budget {
             return Err(VmError::DeviceMemoryBudget {

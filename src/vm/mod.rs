@@ -57,7 +57,9 @@ pub enum VmError {
     Binding(#[from] crate::verify::PlanError),
     #[error("this run needs {needed} bytes (arena peak {peak}, inputs and outputs {io}), more than the memory budget of {budget} bytes")]
     MemoryBudget { needed: u64, peak: u64, io: u64, budget: u64 },
-    #[error("the program's constants need {bytes} bytes in memory, more than the memory budget of {budget} bytes")]
+    #[error(
+        "the program's constants need {bytes} bytes in memory, more than the memory budget of {budget} bytes"
+    )]
     ConstantBudget { bytes: u64, budget: u64 },
     #[error("this run needs {needed} bytes of device memory on {device} (arena {arena}, constants {constants}, inputs {inputs}), more than the device memory budget of {budget} bytes")]
     DeviceMemoryBudget { needed: u64, arena: u64, constants: u64, inputs: u64, budget: u64, device: String },

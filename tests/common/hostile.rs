@@ -111,7 +111,8 @@ pub fn asm(data: &[u8]) {
     let bytes = program.to_bytes();
     let loaded = Program::from_bytes(bytes.clone()).expect("what the assembler writes loads");
     if let Ok(text) = disassemble(&loaded, &DisasmOptions::default()) {
-        let again = assemble(&text, "fuzz.s", &options).unwrap_or_else(|e| panic!("disassembly:\n{text}\n{e}"));
+        let again =
+            assemble(&text, "fuzz.s", &options).unwrap_or_else(|e| panic!("disassembly:\n{text}\n{e}"));
         assert!(again.to_bytes() == bytes, "asm -> disasm -> asm changed the bytes:\n{text}");
     }
     pipeline(bytes);
@@ -213,7 +214,8 @@ pub fn capi(data: &[u8]) {
                         .collect();
                     let have = input.0.len();
                     let nbytes = (input.u32() as usize).min(have.saturating_sub(4));
-                    let shape_ptr = if shape.is_empty() && input.u8() % 2 == 0 { null() } else { shape.as_ptr() };
+                    let shape_ptr =
+                        if shape.is_empty() && input.u8() % 2 == 0 { null() } else { shape.as_ptr() };
                     let data_ptr = if nbytes == 0 { null() } else { input.0.as_ptr().cast() };
                     let _ = adeadvm_session_set_input(
                         session,
