@@ -108,7 +108,7 @@ fn bytes(
     let shape = concrete_shape(p, shape, dims)?;
     // Every dim is at most MAX_DIM (< 2^31) and there are at most MAX_RANK (8) of them: the
     // product is checked in 128 bits, so it never overflows before the limit is applied.
-    let elements = shape.iter().fold(Some(1u128), |acc, &d| acc?.checked_mul(u128::from(d)));
+    let elements = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(u128::from(d)));
     match elements {
         Some(n) if n <= u128::from(MAX_ELEMENTS) => Ok(n as u64 * dtype.size() as u64),
         Some(n) => Err(PlanError::TooManyElements { what: what(), shape, elements: n }),
