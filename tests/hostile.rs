@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use common::hostile;
@@ -21,14 +22,27 @@ fn files(target: &str) -> Vec<PathBuf> {
     out
 }
 
+thread_local! {
+    static PANICKED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs every corpus and regression file of `target` through `f`. A panic fails the test even
+/// when something catches it (as the verifier does around the SPIR-V parser): under the fuzzer
+/// every panic aborts, and in the CLI a caught panic still prints an internal-error line.
 fn replay(target: &str, f: fn(&[u8])) {
     let files = files(target);
     assert!(!files.is_empty(), "no corpus for fuzz target {target}");
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.with(|p| p.set(true));
+        default(info);
+    }));
     for path in files {
         let bytes = std::fs::read(&path).unwrap();
-        // A panic names the file: run `cargo fuzz run {target} <file>` to reproduce it.
-        eprintln!("{}", path.display());
+        PANICKED.with(|p| p.set(false));
         f(&bytes);
+        // Reproduce with `RUSTC_BOOTSTRAP=1 cargo fuzz run -O -a {target} <file>`.
+        assert!(!PANICKED.with(Cell::get), "{} panicked (and the panic was caught)", path.display());
     }
 }
 
@@ -65,4 +79,20 @@ fn an_npy_shape_whose_element_count_overflows_is_malformed() {
         err,
         "big.npy is not a valid .npy file: shape (1099511627776, 1099511627776) has more elements than fit 64 bits"
     );
+}
+
+/// Found by the `bib` fuzz target (fuzz/regressions/bib/spirv_count_past_end): an embedded
+/// SPIR-V instruction whose word count runs past the module made rspirv slice past the end
+/// and panic inside the verifier. The layout is now checked first.
+#[test]
+fn spirv_whose_instruction_runs_past_the_module_is_a_verify_error() {
+    let bytes = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/bib/spirv_count_past_end"),
+    )
+    .unwrap();
+    let program = adeadvm::format::Program::from_bytes(hostile::seal(&bytes).unwrap()).unwrap();
+    let err = adeadvm::verify::verify(program).unwrap_err().to_string();
+    assert!(err.starts_with("kernel scale_by_2: SPIR-V module scale: the instruction at word "), "{err}");
+    assert!(err.contains(" words, but "), "{err}");
+    assert!(err.ends_with(" are left in the module"), "{err}");
 }
