@@ -96,3 +96,19 @@ fn spirv_whose_instruction_runs_past_the_module_is_a_verify_error() {
     assert!(err.contains(" words, but "), "{err}");
     assert!(err.ends_with(" are left in the module"), "{err}");
 }
+
+/// Found by the `npy` fuzz target (fuzz/regressions/npy/deeply_nested_header.npy): a header
+/// nesting 28 braces sent npyz's backtracking header grammar into exponential time (no answer
+/// in 30 s; `adeadvm run --input` would hang). Deep headers are refused before npyz parses them.
+#[test]
+fn an_npy_header_nested_deeply_is_malformed_at_once() {
+    let bytes = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/npy/deeply_nested_header.npy"),
+    )
+    .unwrap();
+    let err = adeadvm::npy::parse(&bytes, "deep.npy", None).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "deep.npy is not a valid .npy file: the header nests brackets 28 deep; a .npy header is a flat dictionary"
+    );
+}
