@@ -220,10 +220,11 @@ pub fn capi(data: &[u8]) {
                             k => (k as usize - 1) * 2,
                         })
                         .collect();
-                    let have = input.0.len();
-                    let nbytes = (input.u32() as usize).min(have.saturating_sub(4));
                     let shape_ptr =
                         if shape.is_empty() && input.u8() % 2 == 0 { null() } else { shape.as_ptr() };
+                    // The data is the rest of the input: nbytes never exceeds what is there.
+                    let claimed = input.u32() as usize;
+                    let nbytes = claimed.min(input.0.len());
                     let data_ptr = if nbytes == 0 { null() } else { input.0.as_ptr().cast() };
                     let _ = adeadvm_session_set_input(
                         session,
