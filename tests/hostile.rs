@@ -112,3 +112,19 @@ fn an_npy_header_nested_deeply_is_malformed_at_once() {
         "deep.npy is not a valid .npy file: the header nests brackets 28 deep; a .npy header is a flat dictionary"
     );
 }
+
+/// Found while reviewing what the `asm` target reaches: a constant of three dimensions of
+/// 2^31 - 1 overflowed the assembler's element count (a panic where overflow checks are on,
+/// as in `cargo test` and debug builds of the CLI). Kept as a seed in fuzz/regressions/asm.
+#[test]
+fn a_constant_whose_element_count_overflows_is_an_assembler_error() {
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/asm/const_count_overflows.s"),
+    )
+    .unwrap();
+    let err = common::try_build(&src).unwrap_err();
+    assert!(
+        err.starts_with("error: constant `%w` is too large to build at assembly time (18446744073709551615 bytes)"),
+        "{err}"
+    );
+}
