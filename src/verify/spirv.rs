@@ -17,14 +17,17 @@ const MAX_TYPE_DEPTH: usize = 32;
 /// `bib` fuzz target found.
 pub(crate) fn check_layout(words: &[u32]) -> Result<(), String> {
     if words.len() < 5 {
-        return Err(format!("the module is {} words, shorter than the 5-word header", words.len()));
+        return Err(format!(
+            "the module does not parse: it is {} words, shorter than the 5-word header",
+            words.len()
+        ));
     }
     let mut at = 5;
     while at < words.len() {
         let count = (words[at] >> 16) as usize;
         if count == 0 || count > words.len() - at {
             return Err(format!(
-                "the instruction at word {at} claims {count} words, but {} are left in the module",
+                "the module does not parse: the instruction at word {at} claims {count} words, but {} are left",
                 words.len() - at
             ));
         }
