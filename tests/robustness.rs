@@ -249,6 +249,28 @@ fn a_lost_device_is_a_clear_error_and_writes_no_output() {
 }
 
 #[test]
+fn a_gpu_that_does_not_finish_in_time_is_a_clear_error_and_writes_no_output() {
+    if !vulkan() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = run_mlp(
+        dir.path(),
+        &["--backend", "vulkan", "--output", "y=y.npy"],
+        &[(FAULT_ENV, "timeout-after=0"), ("ADEADVM_GPU_TIMEOUT", "1")],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("the GPU did not finish a batch within 1 s (set ADEADVM_GPU_TIMEOUT to wait longer)"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(listing(dir.path()).is_empty(), "no output file: {:?}", listing(dir.path()));
+}
+
+#[test]
 fn no_vulkan_loader_is_a_clear_error_and_writes_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let (code, err) = run_mlp(

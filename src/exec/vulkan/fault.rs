@@ -6,7 +6,10 @@
 //! succeed and every later one fails as VMA does when device memory is exhausted
 //! (`VK_ERROR_OUT_OF_DEVICE_MEMORY`). `ADEADVM_VULKAN_FAULT=lost-after=N`: the first N queue
 //! submissions succeed and every later one fails as a lost device does (`VK_ERROR_DEVICE_LOST`,
-//! nothing submitted). Unset, or any other value, injects nothing; the cost is one atomic
+//! nothing submitted). `ADEADVM_VULKAN_FAULT=timeout-after=N`: the first N waits for a batch
+//! succeed and every later one reports that the GPU did not finish in time, as a hung GPU
+//! would (the work itself still runs; the stream then refuses further work and waits for the
+//! device before freeing anything). Unset, or any other value, injects nothing; the cost is one atomic
 //! load per allocation or submission. It only ever makes calls fail the way the driver could,
 //! so it cannot make a run produce wrong results, only the errors under test.
 
@@ -20,6 +23,7 @@ pub const FAULT_ENV: &str = "ADEADVM_VULKAN_FAULT";
 enum Fault {
     OutOfDeviceMemoryAfter(u64),
     DeviceLostAfter(u64),
+    TimeoutAfter(u64),
 }
 
 fn fault() -> Option<Fault> {
@@ -31,6 +35,7 @@ fn fault() -> Option<Fault> {
         match kind.trim() {
             "oom-after" => Some(Fault::OutOfDeviceMemoryAfter(n)),
             "lost-after" => Some(Fault::DeviceLostAfter(n)),
+            "timeout-after" => Some(Fault::TimeoutAfter(n)),
             _ => None,
         }
     })
@@ -50,6 +55,15 @@ pub(crate) fn fail_submission() -> bool {
     static COUNT: AtomicU64 = AtomicU64::new(0);
     match fault() {
         Some(Fault::DeviceLostAfter(n)) => COUNT.fetch_add(1, Ordering::Relaxed) >= n,
+        _ => false,
+    }
+}
+
+/// Whether the wait for the batch just submitted must report a timeout.
+pub(crate) fn fail_wait() -> bool {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    match fault() {
+        Some(Fault::TimeoutAfter(n)) => COUNT.fetch_add(1, Ordering::Relaxed) >= n,
         _ => false,
     }
 }
