@@ -19,11 +19,12 @@ use std::sync::OnceLock;
 /// The environment variable that asks for an injected fault.
 pub const FAULT_ENV: &str = "ADEADVM_VULKAN_FAULT";
 
+/// Which calls fail, each after the given number of successful ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
-    OutOfDeviceMemoryAfter(u64),
-    DeviceLostAfter(u64),
-    TimeoutAfter(u64),
+    OutOfDeviceMemory(u64),
+    DeviceLost(u64),
+    Timeout(u64),
 }
 
 fn fault() -> Option<Fault> {
@@ -33,9 +34,9 @@ fn fault() -> Option<Fault> {
         let (kind, n) = v.trim().split_once('=')?;
         let n = n.trim().parse().ok()?;
         match kind.trim() {
-            "oom-after" => Some(Fault::OutOfDeviceMemoryAfter(n)),
-            "lost-after" => Some(Fault::DeviceLostAfter(n)),
-            "timeout-after" => Some(Fault::TimeoutAfter(n)),
+            "oom-after" => Some(Fault::OutOfDeviceMemory(n)),
+            "lost-after" => Some(Fault::DeviceLost(n)),
+            "timeout-after" => Some(Fault::Timeout(n)),
             _ => None,
         }
     })
@@ -45,7 +46,7 @@ fn fault() -> Option<Fault> {
 pub(crate) fn fail_allocation() -> bool {
     static COUNT: AtomicU64 = AtomicU64::new(0);
     match fault() {
-        Some(Fault::OutOfDeviceMemoryAfter(n)) => COUNT.fetch_add(1, Ordering::Relaxed) >= n,
+        Some(Fault::OutOfDeviceMemory(n)) => COUNT.fetch_add(1, Ordering::Relaxed) >= n,
         _ => false,
     }
 }
@@ -54,7 +55,7 @@ pub(crate) fn fail_allocation() -> bool {
 pub(crate) fn fail_submission() -> bool {
     static COUNT: AtomicU64 = AtomicU64::new(0);
     match fault() {
-        Some(Fault::DeviceLostAfter(n)) => COUNT.fetch_add(1, Ordering::Relaxed) >= n,
+        Some(Fault::DeviceLost(n)) => COUNT.fetch_add(1, Ordering::Relaxed) >= n,
         _ => false,
     }
 }
@@ -63,7 +64,7 @@ pub(crate) fn fail_submission() -> bool {
 pub(crate) fn fail_wait() -> bool {
     static COUNT: AtomicU64 = AtomicU64::new(0);
     match fault() {
-        Some(Fault::TimeoutAfter(n)) => COUNT.fetch_add(1, Ordering::Relaxed) >= n,
+        Some(Fault::Timeout(n)) => COUNT.fetch_add(1, Ordering::Relaxed) >= n,
         _ => false,
     }
 }
