@@ -193,6 +193,7 @@ pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
         .map_err(|source| NpyError::Write { path: path.display().to_string(), source })
 }
 
+/// The one atomic-write helper, also reachable here where it first lived.
 pub use crate::output::write_atomically;
 
 #[cfg(test)]
