@@ -143,6 +143,9 @@ pub struct Config {
     pub threads: Option<usize>,
     /// Refuse runs that need more bytes than this. None: the memory available.
     pub max_memory: Option<u64>,
+    /// Refuse runs that need more device memory than this (Vulkan). None: the device's
+    /// largest device-local heap.
+    pub max_device_memory: Option<u64>,
     /// End a run after this many executed instructions. None: no limit.
     pub max_steps: Option<u64>,
 }
@@ -354,6 +357,7 @@ impl Session {
             threads: config.threads,
             simd: None,
             backend: config.backend.vm(),
+            max_device_memory: config.max_device_memory,
         };
         let vm = Vm::new(program.verified.clone(), vm_config)?;
         Ok(Session { program, vm, backend: config.backend })

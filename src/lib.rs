@@ -19,6 +19,7 @@ pub mod format;
 pub mod isa;
 pub mod npy;
 pub mod numerics;
+pub mod output;
 pub mod profile;
 pub mod rand;
 pub mod trace;

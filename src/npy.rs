@@ -44,6 +44,14 @@ pub fn read(path: &Path, want: Option<DType>) -> Result<HostTensor, NpyError> {
 /// Parses .npy bytes (see [`read`]); `name` is used in messages.
 pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor, NpyError> {
     let malformed = |why: String| NpyError::Malformed { path: name.to_string(), why };
+    if let Some(depth) = header_text(bytes).map(|h| nesting_depth(&h)).filter(|&d| d > MAX_HEADER_NESTING) {
+        return Err(malformed(format!(
+            "the header nests brackets {depth} deep; a .npy header is a flat dictionary"
+        )));
+    }
+    if let Some(shape) = oversized_shape(bytes) {
+        return Err(malformed(format!("shape {shape} has more elements than fit 64 bits")));
+    }
     let mut reader = bytes;
     let header = npyz::NpyHeader::from_reader(&mut reader).map_err(|e| malformed(e.to_string()))?;
     let data_start = bytes.len() - reader.len();
@@ -97,6 +105,61 @@ pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor
         .ok_or_else(|| malformed("cannot allocate the array".into()))
 }
 
+/// Deepest bracket nesting a header may have: the dictionary, and a tuple or list in it (a
+/// structured dtype's list of fields is one more). npyz parses the header with a backtracking
+/// grammar that takes time exponential in the nesting (the `npy` fuzz target found a
+/// 159-byte file with 28 nested braces that did not finish in 30 s), so deeper headers are
+/// refused before npyz sees them.
+const MAX_HEADER_NESTING: usize = 4;
+
+/// The header text of .npy bytes (magic, version, length, then the text), when present.
+fn header_text(bytes: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
+    let (start, len) = match *bytes.get(6)? {
+        1 => (10usize, u16::from_le_bytes(bytes.get(8..10)?.try_into().ok()?) as usize),
+        2 | 3 => (12, u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?) as usize),
+        _ => return None,
+    };
+    Some(String::from_utf8_lossy(bytes.get(start..start.checked_add(len)?)?))
+}
+
+/// The deepest nesting of `{`, `[` and `(` in `text` (quotes not considered).
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.chars() {
+        match c {
+            '{' | '[' | '(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            '}' | ']' | ')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The header's `'shape': (...)` text when its element count does not fit 64 bits. npyz
+/// multiplies the dimensions unchecked (a panic where overflow checks are on, a wrong count
+/// where not), so such a header is refused before npyz reads it. None when the header is
+/// fine or cannot be read here (npyz then reports what is wrong with it).
+fn oversized_shape(bytes: &[u8]) -> Option<String> {
+    let header = header_text(bytes)?;
+    let rest = &header[header.find("shape")? + "shape".len()..];
+    let open = rest.find('(')?;
+    let close = open + rest[open..].find(')')?;
+    let tuple = &rest[open..=close];
+    let mut count: Option<u64> = Some(1);
+    for d in tuple[1..tuple.len() - 1].split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let d = d.trim_end_matches(['L', 'l']);
+        if !d.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        // A dimension too large for u64 overflows too.
+        count = count.and_then(|c| c.checked_mul(d.parse::<u64>().ok()?));
+    }
+    count.is_none().then(|| tuple.to_string())
+}
+
 /// The .npy encoding of a tensor.
 pub fn to_bytes(t: &HostTensor) -> Vec<u8> {
     let descr = match t.dtype {
@@ -130,23 +193,8 @@ pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
         .map_err(|source| NpyError::Write { path: path.display().to_string(), source })
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a rename, so a
-/// failure never leaves a half-written file behind.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"))?;
-    let tmp = dir.join(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
+/// The one atomic-write helper, also reachable here where it first lived.
+pub use crate::output::write_atomically;
 
 #[cfg(test)]
 mod tests {

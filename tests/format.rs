@@ -97,13 +97,17 @@ fn round_trip_is_exact_and_digest_is_identity() {
 }
 
 #[test]
-fn load_maps_the_file() {
+fn load_reads_a_private_copy_and_load_mapped_maps_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.bib");
     std::fs::write(&path, sample_program().to_bytes()).unwrap();
     let p = Program::load(&path).unwrap();
-    assert!(p.data.is_mapped(), "constants stay in the mapping, not copied");
+    assert!(!p.data.is_mapped(), "load owns its bytes: the file may change under it");
     assert_eq!(p.tensors.len(), 4);
+    // SAFETY: nothing changes the file while the mapping lives (it is dropped below).
+    let m = unsafe { Program::load_mapped(&path) }.unwrap();
+    assert!(m.data.is_mapped(), "constants stay in the mapping, not copied");
+    assert_eq!(m, p);
 }
 
 #[test]

@@ -1069,13 +1069,19 @@ fn plan_errors() {
         "dimension B = 1099511627776 exceeds the maximum 2147483647"
     );
 
-    // Sizes that overflow are errors, never panics.
-    let mut b = B::new();
-    let s: Vec<Dim> = (0..4).map(|i| b.sym(&format!("S{i}"))).collect();
-    b.input("x", F32, &s);
-    let v = ok(b);
+    // Sizes past the element limit, or past even 128 bits, are errors, never panics.
     let big = adeadvm::isa::MAX_DIM as u64;
-    assert!(matches!(v.plan(&[big; 4]), Err(PlanError::Overflow { .. })));
+    for (rank, too_many) in [(4, true), (8, false)] {
+        let mut b = B::new();
+        let s: Vec<Dim> = (0..rank).map(|i| b.sym(&format!("S{i}"))).collect();
+        b.input("x", F32, &s);
+        let err = ok(b).plan(&vec![big; rank]).unwrap_err();
+        if too_many {
+            assert!(err.to_string().starts_with("tensor %x has shape [2147483647, 2147483647, "), "{err}");
+        } else {
+            assert!(matches!(err, PlanError::Overflow { .. }), "{err}");
+        }
+    }
 }
 
 #[test]

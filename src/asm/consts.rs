@@ -176,8 +176,10 @@ pub struct ConstTarget<'a> {
 }
 
 impl ConstTarget<'_> {
+    /// Element count, saturating: eight dimensions of up to 2^31 - 1 overflow 64 bits, and
+    /// such a constant is refused as too large either way.
     fn count(&self) -> u64 {
-        self.dims.iter().map(|&d| d as u64).product()
+        self.dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64)).unwrap_or(u64::MAX)
     }
     fn shape_text(&self) -> String {
         format!("{}{:?}", self.dtype, self.dims)

@@ -503,7 +503,7 @@ fn write_npy(path: &Path, dtype: DType, shape: &[Dim], elems: &[u32]) -> Result<
             }
         }
     }
-    std::fs::write(path, buf).map_err(io)
+    crate::output::write_atomically(path, &buf).map_err(io)
 }
 
 /// Writes `program` as canonical assembly.

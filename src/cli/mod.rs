@@ -110,6 +110,10 @@ struct RunArgs {
     /// Memory budget in bytes (suffixes K, M, G allowed); default: the memory available now.
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     max_memory: Option<u64>,
+    /// Device memory budget in bytes for --backend vulkan or auto (suffixes K, M, G allowed);
+    /// default: the device's memory.
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    max_device_memory: Option<u64>,
     /// End the run after this many executed instructions.
     #[arg(long, value_name = "N")]
     max_steps: Option<u64>,
@@ -297,7 +301,21 @@ fn cmd_verify(a: VerifyArgs) -> Result<()> {
     Ok(())
 }
 
-/// Writes through a temporary file and a rename (see `adeadvm::npy::write_atomically`).
+/// Fails early, before any work, when `path` cannot be written because its folder does not
+/// exist or is not a folder (the write itself still reports anything else).
+fn check_output_path(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(anyhow!("cannot write {}: {} is not a folder", path.display(), dir.display())),
+        Err(e) => Err(anyhow!("cannot write {}: the folder {}: {e}", path.display(), dir.display())),
+    }
+}
+
+/// Writes through a temporary file and a rename (see `adeadvm::output::write_atomically`).
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    adeadvm::npy::write_atomically(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+    adeadvm::output::write_atomically(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }

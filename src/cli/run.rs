@@ -13,7 +13,7 @@ use adeadvm::profile::{Fanout, Profiler};
 use adeadvm::trace::{Recorder, Replayer, Trace, DEFAULT_VALUE_BUDGET};
 use adeadvm::vm::{HostTensor, Observer, StepEvent, Wants};
 
-use super::{load_program, ReplayArgs, RunArgs, SourceArgs};
+use super::{check_output_path, load_program, ReplayArgs, RunArgs, SourceArgs};
 
 /// Loads, applies a tier override, and verifies.
 fn prepare(path: &Path, source: &SourceArgs, tier: Option<&str>) -> Result<api::Program> {
@@ -34,11 +34,16 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
             );
         }
     }
+    // A run can be long: an output that cannot be written is reported before it starts.
+    for path in a.outputs.iter().map(|(_, p)| p).chain(&a.record).chain(&a.profile_json) {
+        check_output_path(path)?;
+    }
     let config = api::Config {
         backend: api::Backend::from_name(&a.backend)?,
         tier: None,
         threads: a.threads,
         max_memory: a.max_memory,
+        max_device_memory: a.max_device_memory,
         max_steps: a.max_steps,
     };
     let mut vm = api::Session::new(&loaded, &config)?;
@@ -91,7 +96,7 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
         eprint!("{}", profiler.table());
     }
     if let Some(path) = &a.profile_json {
-        adeadvm::npy::write_atomically(path, profiler.chrome_trace().as_bytes())
+        adeadvm::output::write_atomically(path, profiler.chrome_trace().as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())

@@ -135,9 +135,13 @@ impl From<api::Error> for Failure {
             E::Vm(VmError::InputDtype { .. }) => S::DtypeMismatch,
             E::Vm(VmError::Binding(PlanError::UnknownInput { .. })) => S::UnknownName,
             E::Vm(VmError::Binding(_)) => S::Shape,
-            E::Vm(VmError::MemoryBudget { .. } | VmError::OutOfMemory(_) | VmError::StepBudget(_)) => {
-                S::Budget
-            }
+            E::Vm(
+                VmError::MemoryBudget { .. }
+                | VmError::ConstantBudget { .. }
+                | VmError::DeviceMemoryBudget { .. }
+                | VmError::OutOfMemory(_)
+                | VmError::StepBudget(_),
+            ) => S::Budget,
             E::Vm(_) => S::Runtime,
             E::Npy(_) => S::Io,
             E::UnknownBackend(_) | E::UnknownTier(_) => S::InvalidArgument,

@@ -19,7 +19,8 @@
 //!
 //! Invariants: `Program::from_bytes(p.to_bytes())` gives back `p`; loading never panics and
 //! never allocates more than a small multiple of the input's size, whatever the bytes claim;
-//! every byte is covered by the digest, so any change to a file is caught.
+//! every byte is covered by the digest, so any change to a file is caught; a loaded program
+//! owns its bytes (see [`Program::load`]), so changing the file afterwards cannot change it.
 //!
 //! This layer checks structure only (counts, ranges, names, enum values). Whether the program
 //! makes sense (shapes, dtypes, jumps, memory) is the verifier's job.
@@ -287,8 +288,56 @@ pub fn digest_hex(d: &[u8; 32]) -> String {
 }
 
 impl Program {
-    /// Memory-maps and loads a .bib file (constants stay in the mapping).
+    /// Reads and loads a .bib file into memory owned by the program.
+    ///
+    /// Why a private copy and not a mapping: a program runs for as long as its caller likes,
+    /// while the file it came from may be truncated or rewritten by anyone with write access.
+    /// Truncating a mapped file makes the next access to a lost page a SIGBUS, which kills the
+    /// process, and rewriting it in place changes the constants of a program whose digest was
+    /// already checked, so a run would give bits no recording can explain. Reading costs one
+    /// pass over the file, which loading makes anyway (the digest covers every byte), and the
+    /// memory of the file's size; in exchange a loaded program is immutable whatever happens
+    /// to the file. [`Program::load_mapped`] keeps the zero-copy mapping for callers who can
+    /// promise the file stays unchanged.
     pub fn load(path: &Path) -> Result<Program> {
+        use std::io::Read;
+        let io = |source| FormatError::Io { path: path.display().to_string(), source };
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let regular_len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+        let mut bytes = Vec::new();
+        (&mut file).take(32).read_to_end(&mut bytes).map_err(io)?;
+        if bytes.len() < 32 || bytes[..8] != MAGIC {
+            // Too short or not a program: the parser words the error, and a device or pipe
+            // such as /dev/zero is not read further.
+            return Program::parse(Arc::new(Backing::Owned(bytes)));
+        }
+        // A regular file is read whole (its length is known). Anything else is read up to one
+        // byte past what the header claims, so a stream that claims a huge size is refused by
+        // the length check after reading only what it really sent.
+        let claimed = u64::from_le_bytes(bytes[24..32].try_into().expect("8 bytes"));
+        let limit = match regular_len {
+            Some(len) => {
+                bytes.try_reserve_exact(len.saturating_sub(32) as usize).map_err(|_| {
+                    io(std::io::Error::new(
+                        std::io::ErrorKind::OutOfMemory,
+                        "the file does not fit in memory",
+                    ))
+                })?;
+                u64::MAX
+            }
+            None => claimed.saturating_sub(32).saturating_add(1),
+        };
+        file.take(limit).read_to_end(&mut bytes).map_err(io)?;
+        Program::parse(Arc::new(Backing::Owned(bytes)))
+    }
+
+    /// Memory-maps and loads a .bib file: constants stay in the mapping, never copied.
+    ///
+    /// # Safety
+    /// The file must not be truncated or modified while the program (or any clone of its
+    /// data) is alive: a truncated mapping faults (SIGBUS) on access, and a modified one
+    /// changes a verified program's constants. [`Program::load`] has no such condition.
+    pub unsafe fn load_mapped(path: &Path) -> Result<Program> {
         let io = |source| FormatError::Io { path: path.display().to_string(), source };
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
@@ -296,8 +345,7 @@ impl Program {
             return Err(FormatError::TooShort(0, HEADER_BYTES + DIGEST_BYTES));
         }
         // SAFETY: the mapping is read-only and private to this process; adeadvm never writes
-        // through it. A file truncated by another process while mapped would fault on access;
-        // loading hashes every byte once up front, and programs are not edited in place.
+        // through it, and the caller promises the file stays unchanged while it is mapped.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         Program::parse(Arc::new(Backing::Mapped(map)))
     }

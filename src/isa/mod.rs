@@ -447,6 +447,13 @@ pub struct SymId(pub u16);
 /// Largest concrete dimension size a program may declare.
 pub const MAX_DIM: u32 = (1 << 31) - 1;
 
+/// Most elements one tensor may have, once its symbols are bound: 2^40 (4 TiB of f32), beyond
+/// any machine's memory. The verifier refuses larger constant shapes and the planner larger
+/// bound ones, so every byte count downstream (at most 2^42 per tensor, 2^58 for a whole
+/// table) fits 64 bits with room to spare and a hostile shape fails before anything is sized
+/// from it.
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+
 /// One dimension of a declared shape: a number, or a symbol bound when inputs are given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dim {

@@ -323,7 +323,7 @@ impl Trace {
 
     /// Writes the trace through a temporary file and a rename.
     pub fn save(&self, path: &Path) -> Result<(), TraceError> {
-        crate::npy::write_atomically(path, &self.to_bytes())
+        crate::output::write_atomically(path, &self.to_bytes())
             .map_err(|source| TraceError::Write { path: path.display().to_string(), source })
     }
 

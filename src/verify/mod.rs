@@ -32,6 +32,7 @@ mod spirv;
 mod table;
 
 pub use plan::{MemoryPlan, PlanError, ARENA_ALIGN};
+pub(crate) use spirv::check_layout as check_spirv_layout;
 
 /// Why a program was rejected. Each variant names what the error is about; the message is
 /// written for the person who wrote the program.

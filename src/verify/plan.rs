@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use super::VerifiedProgram;
 use crate::format::{Program, TensorKind};
-use crate::isa::{DType, Dim, MAX_DIM};
+use crate::isa::{DType, Dim, MAX_DIM, MAX_ELEMENTS};
 
 /// Alignment of every temporary in the arena: enough for any SIMD load, and the largest
 /// minStorageBufferOffsetAlignment Vulkan allows, so the device arena (laid out by the same plan)
@@ -48,6 +48,10 @@ pub enum PlanError {
     DimTooLarge { name: String, value: u64 },
     #[error("{what} is too large: its size in bytes does not fit 64 bits")]
     Overflow { what: String },
+    #[error(
+        "{what} has shape {shape:?}: {elements} elements, more than the maximum of {MAX_ELEMENTS} (2^40)"
+    )]
+    TooManyElements { what: String, shape: Vec<u64>, elements: u128 },
     #[error("unknown dimension {name} (the program's symbols: {known})")]
     UnknownSymbol { name: String, known: String },
     #[error("missing input {name}: the program declares it as {declared}")]
@@ -101,10 +105,15 @@ fn bytes(
     dims: &[u64],
     what: impl Fn() -> String,
 ) -> Result<u64, PlanError> {
-    concrete_shape(p, shape, dims)?
-        .iter()
-        .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| PlanError::Overflow { what: what() })
+    let shape = concrete_shape(p, shape, dims)?;
+    // Every dim is at most MAX_DIM (< 2^31) and there are at most MAX_RANK (8) of them: the
+    // product is checked in 128 bits, so it never overflows before the limit is applied.
+    let elements = shape.iter().try_fold(1u128, |acc, &d| acc.checked_mul(u128::from(d)));
+    match elements {
+        Some(n) if n <= u128::from(MAX_ELEMENTS) => Ok(n as u64 * dtype.size() as u64),
+        Some(n) => Err(PlanError::TooManyElements { what: what(), shape, elements: n }),
+        None => Err(PlanError::Overflow { what: what() }),
+    }
 }
 
 fn sum(mut values: impl Iterator<Item = u64>, what: &str) -> Result<u64, PlanError> {

@@ -11,14 +11,40 @@ use super::KernelInfo;
 /// Deepest type nesting the size computation follows (a forged module may contain cycles).
 const MAX_TYPE_DEPTH: usize = 32;
 
+/// Checks that the module's instructions tile its words: a header of five words, then
+/// instructions whose word counts are at least 1 and end inside the module. rspirv trusts the
+/// counts and panics (slicing past the end) on a count that runs past the module, a case the
+/// `bib` fuzz target found.
+pub(crate) fn check_layout(words: &[u32]) -> Result<(), String> {
+    if words.len() < 5 {
+        return Err(format!(
+            "the module does not parse: it is {} words, shorter than the 5-word header",
+            words.len()
+        ));
+    }
+    let mut at = 5;
+    while at < words.len() {
+        let count = (words[at] >> 16) as usize;
+        if count == 0 || count > words.len() - at {
+            return Err(format!(
+                "the module does not parse: the instruction at word {at} claims {count} words, but {} are left",
+                words.len() - at
+            ));
+        }
+        at += count;
+    }
+    Ok(())
+}
+
 pub fn check_module(
     words: &[u32],
     entry: &str,
     nbindings: usize,
     push_len: usize,
 ) -> Result<KernelInfo, String> {
-    // rspirv's loader returns errors for malformed input; the catch is a last line of defence
-    // so that no byte string can take the process down during verification.
+    check_layout(words)?;
+    // rspirv's loader returns errors for malformed input once the layout is sound; the catch
+    // is a last line of defence so that no byte string can take the process down.
     let parsed = std::panic::catch_unwind(|| rspirv::dr::load_words(words))
         .map_err(|_| "the module does not parse (the SPIR-V parser failed)".to_string())?;
     let module = parsed.map_err(|e| format!("the module does not parse: {e}"))?;

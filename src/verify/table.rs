@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashSet};
 
 use super::{spirv, Ctx, KernelInfo, VerifyError};
 use crate::format::{is_identifier, ConstData, TensorKind, DATA_ALIGN};
-use crate::isa::{DType, Dim, KernelId, OutputId, SymId, TensorId, MAX_DIM, MAX_RANK};
+use crate::isa::{DType, Dim, KernelId, OutputId, SymId, TensorId, MAX_DIM, MAX_ELEMENTS, MAX_RANK};
 
 /// Checks the symbol, tensor and output tables.
 pub fn check_tables(cx: &Ctx) -> Result<(), VerifyError> {
@@ -174,14 +174,16 @@ fn check_shape(cx: &Ctx, shape: &[Dim], dtype: DType) -> Result<(), String> {
             _ => {}
         }
     }
-    let mut bytes: Option<u64> = Some(dtype.size() as u64);
-    for d in shape {
-        if let Dim::Const(n) = d {
-            bytes = bytes.and_then(|b| b.checked_mul(*n as u64));
-        }
-    }
-    if bytes.is_none() {
-        return Err(format!("{dtype}{} is larger than 2^64 bytes", cx.shape(shape)));
+    // The constant part of the element count; symbols only make it larger (or zero).
+    let elements = shape.iter().try_fold(1u64, |acc, d| match *d {
+        Dim::Const(n) => acc.checked_mul(n as u64),
+        Dim::Sym(_) => Some(acc),
+    });
+    if elements.is_none_or(|n| n > MAX_ELEMENTS) {
+        return Err(format!(
+            "{dtype}{} has more than the maximum of {MAX_ELEMENTS} (2^40) elements",
+            cx.shape(shape)
+        ));
     }
     Ok(())
 }

@@ -24,6 +24,7 @@ use crate::exec::vulkan::{
 use crate::format::{Program, TensorKind};
 use crate::isa::{DType, Insn, Instruction, Opcode, Placement as Hint, TensorId};
 use crate::numerics as nx;
+use crate::verify::{MemoryPlan, VerifiedProgram};
 
 use super::{binary_of, norm_axis, unary_of, ConstStore, Flow, Frame, Loc, Vm, VmError};
 
@@ -170,8 +171,70 @@ impl Gpu {
         }
     }
 
-    /// Prepares a run: a device arena of at least `peak` bytes, nothing valid yet.
-    pub(super) fn begin_run(&mut self, peak: u64) -> Result<(), VmError> {
+    /// Refuses, when the VM is made, a user kernel that asks for more than the device allows
+    /// (workgroup size and invocations, workgroup counts, push-constant bytes, bindings):
+    /// building its pipeline or dispatching it would fail, or worse, mid-run.
+    pub(super) fn check_kernel_limits(&self, v: &VerifiedProgram) -> Result<(), VmError> {
+        let d = self.exec.device().info();
+        for (decl, k) in v.program().kernels.iter().zip(v.kernels()) {
+            let [x, y, z] = k.local_size;
+            let [mx, my, mz] = d.max_compute_workgroup_size;
+            let invocations = u64::from(x) * u64::from(y) * u64::from(z);
+            let [gx, gy, gz] = decl.groups;
+            let [cx, cy, cz] = d.max_compute_workgroup_count;
+            let what = if x > mx || y > my || z > mz {
+                Some(format!("its workgroup size is {x}x{y}x{z}; the device allows at most {mx}x{my}x{mz}"))
+            } else if invocations > u64::from(d.max_compute_workgroup_invocations) {
+                Some(format!(
+                    "its workgroup size {x}x{y}x{z} is {invocations} invocations; the device allows {}",
+                    d.max_compute_workgroup_invocations
+                ))
+            } else if gx > cx || gy > cy || gz > cz {
+                Some(format!(
+                    "it dispatches {gx}x{gy}x{gz} workgroups; the device allows at most {cx}x{cy}x{cz}"
+                ))
+            } else if k.push_bytes > d.max_push_constants_size {
+                Some(format!(
+                    "it takes {} push-constant bytes; the device allows {}",
+                    k.push_bytes, d.max_push_constants_size
+                ))
+            } else if decl.bindings.len() as u64 > u64::from(d.max_storage_buffers) {
+                Some(format!(
+                    "it binds {} storage buffers; the device allows {}",
+                    decl.bindings.len(),
+                    d.max_storage_buffers
+                ))
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                return Err(VmError::KernelLimit { kernel: decl.name.clone(), what, device: d.name.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Prepares a run: checks the device memory budget (`budget`, or the device's largest
+    /// device-local heap) against what the run can hold on the device at once (the arena,
+    /// every constant and every input), then a device arena of at least the plan's peak bytes,
+    /// nothing valid yet.
+    pub(super) fn begin_run(&mut self, plan: &MemoryPlan, budget: Option<u64>) -> Result<(), VmError> {
+        let peak = plan.peak_bytes;
+        let info = self.exec.device().info();
+        // A device that reports no device-local heap has no default budget.
+        let budget =
+            budget.unwrap_or(if info.device_local_bytes > 0 { info.device_local_bytes } else { u64::MAX });
+        let needed = (peak + 256).saturating_add(plan.const_bytes).saturating_add(plan.input_bytes);
+        if needed > budget {
+            return Err(VmError::DeviceMemoryBudget {
+                needed,
+                arena: peak,
+                constants: plan.const_bytes,
+                inputs: plan.input_bytes,
+                budget,
+                device: info.name.clone(),
+            });
+        }
         if self.rec.has_work() {
             // A previous run failed mid-batch: drop its work unsubmitted.
             self.rec = Recorder::new(self.exec.device())?;

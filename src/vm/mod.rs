@@ -44,6 +44,9 @@ pub struct VmConfig {
     pub simd: Option<SimdLevel>,
     /// Which executor runs tensor instructions (default: the CPU).
     pub backend: Backend,
+    /// Refuse to start a run whose device arena, constants and inputs need more device memory
+    /// than this. None: the device's largest device-local memory heap.
+    pub max_device_memory: Option<u64>,
 }
 
 /// Why a run failed.
@@ -55,6 +58,14 @@ pub enum VmError {
     Binding(#[from] crate::verify::PlanError),
     #[error("this run needs {needed} bytes (arena peak {peak}, inputs and outputs {io}), more than the memory budget of {budget} bytes")]
     MemoryBudget { needed: u64, peak: u64, io: u64, budget: u64 },
+    #[error(
+        "the program's constants need {bytes} bytes in memory, more than the memory budget of {budget} bytes"
+    )]
+    ConstantBudget { bytes: u64, budget: u64 },
+    #[error("this run needs {needed} bytes of device memory on {device} (arena {arena}, constants {constants}, inputs {inputs}), more than the device memory budget of {budget} bytes")]
+    DeviceMemoryBudget { needed: u64, arena: u64, constants: u64, inputs: u64, budget: u64, device: String },
+    #[error("kernel {kernel}: {what}, more than the Vulkan device {device} allows")]
+    KernelLimit { kernel: String, what: String, device: String },
     #[error("out of host memory allocating {0} bytes")]
     OutOfMemory(u64),
     #[error("the step budget of {0} instructions was used up; the program may loop forever (raise --max-steps if not)")]
@@ -177,6 +188,18 @@ impl Vm {
             .filter(|(_, t)| t.kind == TensorKind::Input)
             .map(|(i, _)| TensorId(i as u16))
             .collect();
+        // Splat constants live in memory the VM owns: counted against the memory budget
+        // before any is allocated, so a program that claims a huge one fails here, at once.
+        let splat_bytes = p
+            .tensors
+            .iter()
+            .filter(|t| matches!(t.kind, TensorKind::Const(ConstData::Splat(_))))
+            .map(|t| (concrete(&t.shape).unwrap_or(0) as u64).saturating_mul(t.dtype.size() as u64))
+            .fold(0u64, u64::saturating_add);
+        let budget = config.max_memory.unwrap_or_else(available_memory);
+        if splat_bytes > budget {
+            return Err(VmError::ConstantBudget { bytes: splat_bytes, budget });
+        }
         let mut consts = Vec::with_capacity(p.tensors.len());
         for t in &p.tensors {
             consts.push(match t.kind {
@@ -217,6 +240,9 @@ impl Vm {
             None
         };
         let gpu = gpu::Gpu::new(p, input_ids.len(), config.backend)?;
+        if let Some(g) = &gpu {
+            g.check_kernel_limits(&program)?;
+        }
         Ok(Vm {
             gpu,
             config,
@@ -349,7 +375,7 @@ impl Vm {
                 AlignedBuf::zeroed(plan.peak_bytes as usize).ok_or(VmError::OutOfMemory(plan.peak_bytes))?;
         }
         if let Some(g) = &mut self.gpu {
-            g.begin_run(plan.peak_bytes)?;
+            g.begin_run(&plan, self.config.max_device_memory)?;
         }
         let mut locs = Vec::with_capacity(p.tensors.len());
         let mut next_input = 0;

@@ -347,6 +347,7 @@ impl Vm {
                 instruction,
                 written: None,
                 elapsed: std::time::Duration::ZERO,
+                gpu_elapsed: None,
                 flops: cost.0,
                 bytes: cost.1,
             });

@@ -1,6 +1,7 @@
 //! Shared test harness: assemble a program from text, run it, and compare against references.
 #![allow(dead_code)]
 
+pub mod hostile;
 pub mod vk;
 
 use std::collections::BTreeMap;

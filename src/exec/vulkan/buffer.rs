@@ -62,6 +62,9 @@ impl Buffer {
         if size == 0 {
             return Err(VulkanError::Invalid("a buffer of zero bytes".into()));
         }
+        if super::fault::fail_allocation() {
+            return Err(super::error::map_result("vmaCreateBuffer", vk::Result::ERROR_OUT_OF_DEVICE_MEMORY));
+        }
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC
             | vk::BufferUsageFlags::TRANSFER_DST;

@@ -33,6 +33,12 @@ pub struct DeviceInfo {
     pub max_compute_shared_memory: u32,
     /// Nanoseconds per timestamp tick (VkPhysicalDeviceLimits::timestampPeriod).
     pub timestamp_period: f32,
+    /// maxPushConstantsSize: bytes of push constants a pipeline may take.
+    pub max_push_constants_size: u32,
+    /// maxPerStageDescriptorStorageBuffers: storage buffers one compute shader may bind.
+    pub max_storage_buffers: u32,
+    /// Size of the largest device-local memory heap: the default device memory budget.
+    pub device_local_bytes: u64,
     /// shaderDenormPreserveFloat32 / shaderDenormFlushToZeroFloat32; None when the device cannot report them.
     pub denorm_preserve_f32: Option<bool>,
     pub denorm_ftz_f32: Option<bool>,
@@ -120,6 +126,15 @@ pub(crate) fn describe(
     let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
     let has_compute_queue = families.iter().any(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE));
     let dev_api = props.api_version;
+    // SAFETY: as above.
+    let memory = unsafe { instance.get_physical_device_memory_properties(pd) };
+    let device_local_bytes = memory
+        .memory_heaps_as_slice()
+        .iter()
+        .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|h| h.size)
+        .max()
+        .unwrap_or(0);
     let mut info = DeviceInfo {
         index,
         name: cstr_field(&props.device_name),
@@ -147,6 +162,9 @@ pub(crate) fn describe(
         max_storage_buffer_range: props.limits.max_storage_buffer_range,
         max_compute_shared_memory: props.limits.max_compute_shared_memory_size,
         timestamp_period: props.limits.timestamp_period,
+        max_push_constants_size: props.limits.max_push_constants_size,
+        max_storage_buffers: props.limits.max_per_stage_descriptor_storage_buffers,
+        device_local_bytes,
         denorm_preserve_f32: None,
         denorm_ftz_f32: None,
         subgroup_size: None,

@@ -7,6 +7,7 @@
 mod buffer;
 mod device;
 mod error;
+mod fault;
 mod kernels;
 pub mod ops;
 mod pipeline;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 pub use buffer::{Buffer, Slice};
 pub use device::{devices, Device, DeviceInfo, LIBRARY_ENV};
 pub use error::VulkanError;
+pub use fault::FAULT_ENV;
 pub use kernels::{binary_op_code, unary_op_code, Kernels, FAST_SHADERS, SHADERS};
 pub use pipeline::{spirv_words, Kernel};
 pub use reflect::{reflect, Interface};

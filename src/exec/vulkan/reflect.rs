@@ -24,6 +24,7 @@ fn lit(op: Option<&Operand>) -> Option<u32> {
 
 /// Reflects `words`; an error names what the module lacks.
 pub fn reflect(words: &[u32]) -> Result<Interface, String> {
+    crate::verify::check_spirv_layout(words)?;
     let module = rspirv::dr::load_words(words).map_err(|e| format!("the SPIR-V does not parse: {e}"))?;
     let defs: HashMap<u32, &Instruction> =
         module.types_global_values.iter().filter_map(|i| Some((i.result_id?, i))).collect();

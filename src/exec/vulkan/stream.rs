@@ -608,14 +608,22 @@ impl Recorder {
         unsafe { d.end_command_buffer(self.cmd) }.map_err(check("vkEndCommandBuffer"))?;
         let cmds = [self.cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        if super::fault::fail_submission() {
+            return Err(check("vkQueueSubmit")(vk::Result::ERROR_DEVICE_LOST));
+        }
         {
             let queue = self.dev.queue.lock().unwrap_or_else(|p| p.into_inner());
             // SAFETY: the queue is externally synchronized by its lock; cmd is executable.
             unsafe { d.queue_submit(*queue, &submit, self.fence) }.map_err(check("vkQueueSubmit"))?;
         }
         let nanos = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
-        // SAFETY: the fence was submitted above.
-        match unsafe { d.wait_for_fences(&[self.fence], true, nanos) } {
+        let waited = if super::fault::fail_wait() {
+            Err(vk::Result::TIMEOUT)
+        } else {
+            // SAFETY: the fence was submitted above.
+            unsafe { d.wait_for_fences(&[self.fence], true, nanos) }
+        };
+        match waited {
             Ok(()) => Ok(()),
             Err(vk::Result::TIMEOUT) => Err(VulkanError::Invalid(format!(
                 "the GPU did not finish a batch within {} s (set ADEADVM_GPU_TIMEOUT to wait longer)",

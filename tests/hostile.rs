@@ -1,0 +1,137 @@
+//! Hostile input: every file of the fuzz corpus (fuzz/corpus/<target>) and every crash the
+//! fuzzers found (fuzz/regressions/<target>) goes through the same entry points the cargo-fuzz
+//! targets drive (tests/common/hostile.rs), so a fixed crash stays fixed without a fuzzer. The
+//! named tests below pin what each found crash now gives instead: a clear error.
+
+mod common;
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+
+use common::hostile;
+
+fn files(target: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let mut out = Vec::new();
+    for dir in [root.join("corpus").join(target), root.join("regressions").join(target)] {
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            out.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_file()));
+        }
+    }
+    out.sort();
+    out
+}
+
+thread_local! {
+    static PANICKED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs every corpus and regression file of `target` through `f`. A panic fails the test even
+/// when something catches it (as the verifier does around the SPIR-V parser): under the fuzzer
+/// every panic aborts, and in the CLI a caught panic still prints an internal-error line.
+fn replay(target: &str, f: fn(&[u8])) {
+    let files = files(target);
+    assert!(!files.is_empty(), "no corpus for fuzz target {target}");
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICKED.with(|p| p.set(true));
+        default(info);
+    }));
+    for path in files {
+        let bytes = std::fs::read(&path).unwrap();
+        PANICKED.with(|p| p.set(false));
+        f(&bytes);
+        // Reproduce with `RUSTC_BOOTSTRAP=1 cargo fuzz run -O -a {target} <file>`.
+        assert!(!PANICKED.with(Cell::get), "{} panicked (and the panic was caught)", path.display());
+    }
+}
+
+#[test]
+fn bib_corpus_and_regressions_run_cleanly() {
+    replay("bib", hostile::bib);
+}
+
+#[test]
+fn asm_corpus_and_regressions_run_cleanly() {
+    replay("asm", hostile::asm);
+}
+
+#[test]
+fn npy_corpus_and_regressions_run_cleanly() {
+    replay("npy", hostile::npy);
+}
+
+#[test]
+fn capi_corpus_and_regressions_run_cleanly() {
+    replay("capi", hostile::capi);
+}
+
+/// Found by the `npy` seeds before fuzzing started: npyz multiplied the header's dimensions
+/// unchecked (an overflow panic in debug builds, a wrong element count in release builds).
+#[test]
+fn an_npy_shape_whose_element_count_overflows_is_malformed() {
+    let bytes = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/npy/shape_product_overflows.npy"),
+    )
+    .unwrap();
+    let err = adeadvm::npy::parse(&bytes, "big.npy", None).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "big.npy is not a valid .npy file: shape (1099511627776, 1099511627776) has more elements than fit 64 bits"
+    );
+}
+
+/// Found by the `bib` fuzz target (fuzz/regressions/bib/spirv_count_past_end): an embedded
+/// SPIR-V instruction whose word count runs past the module made rspirv slice past the end
+/// and panic inside the verifier. The layout is now checked first.
+#[test]
+fn spirv_whose_instruction_runs_past_the_module_is_a_verify_error() {
+    let bytes = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/bib/spirv_count_past_end"),
+    )
+    .unwrap();
+    let program = adeadvm::format::Program::from_bytes(hostile::seal(&bytes).unwrap()).unwrap();
+    let err = adeadvm::verify::verify(program).unwrap_err().to_string();
+    assert!(
+        err.starts_with(
+            "kernel scale_by_2: SPIR-V module scale: the module does not parse: the instruction at word "
+        ),
+        "{err}"
+    );
+    assert!(err.contains(" words, but "), "{err}");
+    assert!(err.ends_with(" are left"), "{err}");
+}
+
+/// Found by the `npy` fuzz target (fuzz/regressions/npy/deeply_nested_header.npy): a header
+/// nesting 28 braces sent npyz's backtracking header grammar into exponential time (no answer
+/// in 30 s; `adeadvm run --input` would hang). Deep headers are refused before npyz parses them.
+#[test]
+fn an_npy_header_nested_deeply_is_malformed_at_once() {
+    let bytes = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/npy/deeply_nested_header.npy"),
+    )
+    .unwrap();
+    let err = adeadvm::npy::parse(&bytes, "deep.npy", None).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "deep.npy is not a valid .npy file: the header nests brackets 28 deep; a .npy header is a flat dictionary"
+    );
+}
+
+/// Found while reviewing what the `asm` target reaches: a constant of three dimensions of
+/// 2^31 - 1 overflowed the assembler's element count (a panic where overflow checks are on,
+/// as in `cargo test` and debug builds of the CLI). Kept as a seed in fuzz/regressions/asm.
+#[test]
+fn a_constant_whose_element_count_overflows_is_an_assembler_error() {
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/asm/const_count_overflows.s"),
+    )
+    .unwrap();
+    let err = common::try_build(&src).unwrap_err();
+    assert!(
+        err.starts_with(
+            "error: constant `%w` is too large to build at assembly time (18446744073709551615 bytes)"
+        ),
+        "{err}"
+    );
+}
