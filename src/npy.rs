@@ -50,7 +50,7 @@ pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor
         )));
     }
     if let Some(shape) = oversized_shape(bytes) {
-        return Err(malformed(format!("shape {shape} has more elements than fit 64 bits")));
+        return Err(malformed(format!("shape {shape} has more elements than a .npy file can hold")));
     }
     let mut reader = bytes;
     let header = npyz::NpyHeader::from_reader(&mut reader).map_err(|e| malformed(e.to_string()))?;
@@ -138,26 +138,41 @@ fn nesting_depth(text: &str) -> usize {
     deepest
 }
 
-/// The header's `'shape': (...)` text when its element count does not fit 64 bits. npyz
-/// multiplies the dimensions unchecked (a panic where overflow checks are on, a wrong count
-/// where not), so such a header is refused before npyz reads it. None when the header is
-/// fine or cannot be read here (npyz then reports what is wrong with it).
+/// A tuple of whole numbers in the header whose product, times 16 (the widest item npyz
+/// multiplies it by), does not fit 64 bits. npyz multiplies the dimensions unchecked (a panic
+/// where overflow checks are on, a wrong count where not), so such a header is refused before
+/// npyz reads it. Every tuple of the header counts, not only the first after `shape`: the
+/// `npy` fuzz target found a header whose first `shape` key was garbled and whose second held
+/// the overflowing tuple. None when no tuple overflows (npyz then reports what else is wrong).
 fn oversized_shape(bytes: &[u8]) -> Option<String> {
     let header = header_text(bytes)?;
-    let rest = &header[header.find("shape")? + "shape".len()..];
-    let open = rest.find('(')?;
-    let close = open + rest[open..].find(')')?;
-    let tuple = &rest[open..=close];
-    let mut count: Option<u64> = Some(1);
-    for d in tuple[1..tuple.len() - 1].split(',').map(str::trim).filter(|d| !d.is_empty()) {
+    let mut rest: &str = &header;
+    while let Some(open) = rest.find('(') {
+        let from_open = &rest[open..];
+        // The next bracket after this one: a ')' closes an innermost tuple.
+        let Some(next) = from_open[1..].find(['(', ')']).map(|i| i + 1) else { break };
+        let tuple = &from_open[..=next];
+        if tuple.ends_with(')') && tuple_overflows(&tuple[1..tuple.len() - 1]) {
+            return Some(tuple.to_string());
+        }
+        rest = &from_open[next..];
+    }
+    None
+}
+
+/// Whether `inner` (a tuple's text between its parentheses) is whole numbers whose product
+/// times 16 overflows u64.
+fn tuple_overflows(inner: &str) -> bool {
+    let mut count: Option<u64> = Some(16);
+    for d in inner.split(',').map(str::trim).filter(|d| !d.is_empty()) {
         let d = d.trim_end_matches(['L', 'l']);
         if !d.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
+            return false;
         }
         // A dimension too large for u64 overflows too.
         count = count.and_then(|c| c.checked_mul(d.parse::<u64>().ok()?));
     }
-    count.is_none().then(|| tuple.to_string())
+    count.is_none()
 }
 
 /// The .npy encoding of a tensor.

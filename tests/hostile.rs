@@ -77,7 +77,24 @@ fn an_npy_shape_whose_element_count_overflows_is_malformed() {
     let err = adeadvm::npy::parse(&bytes, "big.npy", None).unwrap_err().to_string();
     assert_eq!(
         err,
-        "big.npy is not a valid .npy file: shape (1099511627776, 1099511627776) has more elements than fit 64 bits"
+        "big.npy is not a valid .npy file: shape (1099511627776, 1099511627776) has more elements than a .npy file can hold"
+    );
+}
+
+/// Found by the `npy` fuzz target in CI (fuzz/regressions/npy/shape_key_repeated.npy): a header
+/// whose first `shape` key is garbled (`'shape&: ()`) and whose second holds a tuple whose
+/// element count overflows got past a check that read only the first, and npyz overflowed.
+/// Every tuple of the header is checked now.
+#[test]
+fn an_npy_header_with_a_second_overflowing_shape_is_malformed() {
+    let bytes = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/npy/shape_key_repeated.npy"),
+    )
+    .unwrap();
+    let err = adeadvm::npy::parse(&bytes, "twice.npy", None).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "twice.npy is not a valid .npy file: shape (1099511627776, 1099511627776) has more elements than a .npy file can hold"
     );
 }
 

@@ -222,7 +222,10 @@ pub fn binary(
     out_shape: &[usize],
 ) -> Result<(), VulkanError> {
     let Some((push, n)) = broadcast_push(op, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
-    launch(k, rec, "binary", &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, n)
+    // One pipeline per op (specialization constant 0; see shaders/binary.comp).
+    let kernel = k.specialized("binary", &[binary_op_code(op)])?;
+    let groups = groups_for(rec.device(), n, LOCAL_SIZE);
+    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, groups)
 }
 
 /// `dst = op(a, b)` on i32 with numpy broadcasting: `reference::binary_i32` — add, sub and mul
