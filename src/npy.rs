@@ -49,8 +49,8 @@ pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor
             "the header nests brackets {depth} deep; a .npy header is a flat dictionary"
         )));
     }
-    if let Some(shape) = oversized_shape(bytes) {
-        return Err(malformed(format!("shape {shape} has more elements than a .npy file can hold")));
+    if let Some(why) = unsafe_group(bytes) {
+        return Err(malformed(why));
     }
     let mut reader = bytes;
     let header = npyz::NpyHeader::from_reader(&mut reader).map_err(|e| malformed(e.to_string()))?;
@@ -138,41 +138,44 @@ fn nesting_depth(text: &str) -> usize {
     deepest
 }
 
-/// A tuple of whole numbers in the header whose product, times 16 (the widest item npyz
-/// multiplies it by), does not fit 64 bits. npyz multiplies the dimensions unchecked (a panic
-/// where overflow checks are on, a wrong count where not), so such a header is refused before
-/// npyz reads it. Every tuple of the header counts, not only the first after `shape`: the
-/// `npy` fuzz target found a header whose first `shape` key was garbled and whose second held
-/// the overflowing tuple. None when no tuple overflows (npyz then reports what else is wrong).
-fn oversized_shape(bytes: &[u8]) -> Option<String> {
+/// Why the header cannot go to npyz safely, if it cannot: a bracketed group (`(...)` or
+/// `[...]`, innermost) that is not plain whole numbers, or whose element count times 16 (the
+/// widest item npyz multiplies it by) does not fit 64 bits. npyz multiplies the dimensions of
+/// whatever it reads as the shape unchecked (a panic where overflow checks are on, a wrong
+/// count where not), and its grammar reads more than plain numbers as integers (the `npy` fuzz
+/// target found `0+00100000000` read as one, and a garbled first `shape` key hiding an
+/// overflowing second), so every group is checked, not only the one after `shape`. A shape
+/// is always a tuple of whole numbers; the groups of a structured dtype's descr hold quotes
+/// and are refused here too (adeadvm reads no structured dtypes).
+fn unsafe_group(bytes: &[u8]) -> Option<String> {
     let header = header_text(bytes)?;
     let mut rest: &str = &header;
-    while let Some(open) = rest.find('(') {
+    while let Some(open) = rest.find(['(', '[']) {
         let from_open = &rest[open..];
-        // The next bracket after this one: a ')' closes an innermost tuple.
-        let Some(next) = from_open[1..].find(['(', ')']).map(|i| i + 1) else { break };
-        let tuple = &from_open[..=next];
-        if tuple.ends_with(')') && tuple_overflows(&tuple[1..tuple.len() - 1]) {
-            return Some(tuple.to_string());
+        // The next bracket after this one: a closing one ends an innermost group.
+        let Some(next) = from_open[1..].find(['(', '[', ')', ']']).map(|i| i + 1) else { break };
+        let group = &from_open[..=next];
+        if group.ends_with([')', ']']) {
+            let inner = &group[1..group.len() - 1];
+            if !inner
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == ',' || c == 'L' || c == 'l' || c.is_whitespace())
+            {
+                return Some(format!("{group} is not a tuple of whole numbers"));
+            }
+            let mut count: Option<u64> = Some(16);
+            for d in inner.split(',').map(|d| d.trim().trim_end_matches(['L', 'l'])).filter(|d| !d.is_empty())
+            {
+                // A dimension too large for u64 overflows too.
+                count = count.and_then(|c| c.checked_mul(d.parse::<u64>().ok()?));
+            }
+            if count.is_none() {
+                return Some(format!("shape {group} has more elements than a .npy file can hold"));
+            }
         }
         rest = &from_open[next..];
     }
     None
-}
-
-/// Whether `inner` (a tuple's text between its parentheses) is whole numbers whose product
-/// times 16 overflows u64.
-fn tuple_overflows(inner: &str) -> bool {
-    let mut count: Option<u64> = Some(16);
-    for d in inner.split(',').map(str::trim).filter(|d| !d.is_empty()) {
-        let d = d.trim_end_matches(['L', 'l']);
-        if !d.bytes().all(|b| b.is_ascii_digit()) {
-            return false;
-        }
-        // A dimension too large for u64 overflows too.
-        count = count.and_then(|c| c.checked_mul(d.parse::<u64>().ok()?));
-    }
-    count.is_none()
 }
 
 /// The .npy encoding of a tensor.

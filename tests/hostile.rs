@@ -84,7 +84,9 @@ fn an_npy_shape_whose_element_count_overflows_is_malformed() {
 /// Found by the `npy` fuzz target in CI (fuzz/regressions/npy/shape_key_repeated.npy): a header
 /// whose first `shape` key is garbled (`'shape&: ()`) and whose second holds a tuple whose
 /// element count overflows got past a check that read only the first, and npyz overflowed.
-/// Every tuple of the header is checked now.
+/// Every bracketed group of the header is checked now; the next input the fuzzer found
+/// (fuzz/regressions/npy/shape_entry_not_a_number.npy) wrote a dimension as `0+00100000000`,
+/// which npyz's grammar reads as a number: groups must be plain whole numbers.
 #[test]
 fn an_npy_header_with_a_second_overflowing_shape_is_malformed() {
     let bytes = std::fs::read(
@@ -95,6 +97,15 @@ fn an_npy_header_with_a_second_overflowing_shape_is_malformed() {
     assert_eq!(
         err,
         "twice.npy is not a valid .npy file: shape (1099511627776, 1099511627776) has more elements than a .npy file can hold"
+    );
+    let bytes = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/npy/shape_entry_not_a_number.npy"),
+    )
+    .unwrap();
+    let err = adeadvm::npy::parse(&bytes, "plus.npy", None).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "plus.npy is not a valid .npy file: (0+00100000000, 1099511627776) is not a tuple of whole numbers"
     );
 }
 
