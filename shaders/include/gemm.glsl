@@ -69,27 +69,21 @@ vec4 ra[LA], rb[LB]; // the next chunk, between its global load and its shared s
 uint tx, ty;         // the thread's column and row within the tile's thread grid
 
 // Four consecutive elements of a stored operand along its contiguous dimension: `base` is the
-// first's index, `n_in` how many of the four are in range (the rest read as 0).
-vec4 load4_a(uint base, uint n_in) {
-    if (n_in >= 4u && a_vec) {
-        return a4[base / 4u];
+// first's index, `n_in` how many of the four are in range (the rest read as 0). One body for
+// both operands (GLSL takes no buffer parameters, hence the macro).
+#define GEMM_LOAD4(name, x, x4, vec_ok)                \
+    vec4 name(uint base, uint n_in) {                  \
+        if (n_in >= 4u && vec_ok) {                    \
+            return x4[base / 4u];                      \
+        }                                              \
+        vec4 v = vec4(0.0);                            \
+        [[unroll]] for (uint e = 0u; e < 4u; e++) {    \
+            if (e < n_in) v[e] = x[base + e];          \
+        }                                              \
+        return v;                                      \
     }
-    vec4 v = vec4(0.0);
-    [[unroll]] for (uint e = 0u; e < 4u; e++) {
-        if (e < n_in) v[e] = a[base + e];
-    }
-    return v;
-}
-vec4 load4_b(uint base, uint n_in) {
-    if (n_in >= 4u && b_vec) {
-        return b4[base / 4u];
-    }
-    vec4 v = vec4(0.0);
-    [[unroll]] for (uint e = 0u; e < 4u; e++) {
-        if (e < n_in) v[e] = b[base + e];
-    }
-    return v;
-}
+GEMM_LOAD4(load4_a, a, a4, a_vec)
+GEMM_LOAD4(load4_b, b, b4, b_vec)
 
 uint in_range(uint first, uint end) { return first >= end ? 0u : min(end - first, 4u); }
 
