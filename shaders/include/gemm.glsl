@@ -205,6 +205,27 @@ void store_chunk(uint buf, uint chunk) {
         }                                                                                   \
     }
 
+// Finishes and writes four consecutive outputs of row r from column c (the part in range).
+void store_out(vec4 v, uint r, uint c, bool last, bool has_bias, uint act, uint coff, uint yoff,
+               bool y_vec) {
+    if (last) {
+        [[unroll]] for (uint f = 0u; f < 4u; f++) {
+            float x = strict_canon(v[f]);
+            if (has_bias && c + f < N) {
+                x = strict_add(x, bias[coff + r * p.bias_sm + (c + f) * p.bias_sn]);
+            }
+            v[f] = activate(act, x);
+        }
+    }
+    if (y_vec && c + 4u <= N) {
+        y4[(yoff + r * N + c) / 4u] = v;
+    } else {
+        [[unroll]] for (uint f = 0u; f < 4u; f++) {
+            if (c + f < N) y[yoff + r * N + c + f] = v[f];
+        }
+    }
+}
+
 void main() {
     M = p.m;
     N = p.n;
@@ -294,29 +315,15 @@ void main() {
     [[unroll]] for (uint q = 0u; q < RM; q++) {
         [[unroll]] for (uint e = 0u; e < 4u; e++) {
             uint r = row0 + q * 4u * NTM + ty * 4u + e;
-            if (r >= M) {
-                continue;
-            }
             [[unroll]] for (uint qn = 0u; qn < RN; qn++) {
                 uint c = col0 + qn * 4u * NTN + tx * 4u;
-                vec4 v;
-                [[unroll]] for (uint f = 0u; f < 4u; f++) {
-                    float x = acc[(q * 4u + e) * TN + qn * 4u + f];
-                    if (last) {
-                        x = strict_canon(x);
-                        if (has_bias && c + f < N) {
-                            x = strict_add(x, bias[coff + r * p.bias_sm + (c + f) * p.bias_sn]);
-                        }
-                        x = activate(act, x);
-                    }
-                    v[f] = x;
-                }
-                if (y_vec && c + 4u <= N) {
-                    y4[(yoff + r * N + c) / 4u] = v;
-                } else {
-                    [[unroll]] for (uint f = 0u; f < 4u; f++) {
-                        if (c + f < N) y[yoff + r * N + c + f] = v[f];
-                    }
+                uint i = (q * 4u + e) * TN + qn * 4u;
+                vec4 v = vec4(acc[i], acc[i + 1u], acc[i + 2u], acc[i + 3u]);
+                // `if`, not `continue`: spirv-opt's unroller leaves a loop with a `continue`
+                // rolled, and a rolled loop indexes acc at run time, which sends it to local
+                // memory.
+                if (r < M) {
+                    store_out(v, r, c, last, has_bias, act, coff, yoff, y_vec);
                 }
             }
         }

@@ -11,6 +11,16 @@ use super::error::{check, VulkanError};
 /// Environment variable naming the Vulkan loader library to open instead of the default.
 pub const LIBRARY_ENV: &str = "ADEADVM_VULKAN_LIBRARY";
 
+/// Environment variable that makes every pipeline print its compiler statistics (a tuning aid).
+pub const PIPELINE_STATS_ENV: &str = "ADEADVM_VULKAN_PIPELINE_STATS";
+
+/// Whether `pd` offers device extension `name`.
+fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
+    // SAFETY: pd is a physical device of this live instance.
+    let exts = unsafe { instance.enumerate_device_extension_properties(pd) }.unwrap_or_default();
+    exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+}
+
 /// What `adeadvm info` shows about one physical device.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
@@ -216,6 +226,9 @@ pub struct Device {
     pub(crate) queue_family: u32,
     /// Valid bits of the queue's timestamps (0: the queue cannot write timestamps).
     pub(crate) timestamp_bits: u32,
+    /// Set by `ADEADVM_VULKAN_PIPELINE_STATS` on a device with VK_KHR_pipeline_executable_properties:
+    /// every pipeline's compiler statistics (registers, spills, ...) go to stderr when it is built.
+    pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
     pub(crate) device: ash::Device,
     /// The compute queue; vkQueueSubmit needs external synchronization.
     pub(crate) queue: Mutex<vk::Queue>,
@@ -298,7 +311,21 @@ impl Device {
         let prio = [1.0f32];
         let qinfo =
             [vk::DeviceQueueCreateInfo::default().queue_family_index(queue_family).queue_priorities(&prio)];
-        let dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfo);
+        let pipeline_stats = std::env::var_os(PIPELINE_STATS_ENV).is_some_and(|v| v != "0")
+            && has_extension(instance, physical, ash::khr::pipeline_executable_properties::NAME);
+        if std::env::var_os(PIPELINE_STATS_ENV).is_some_and(|v| v != "0") && !pipeline_stats {
+            eprintln!(
+                "adeadvm: {PIPELINE_STATS_ENV} is set but {} has no VK_KHR_pipeline_executable_properties",
+                chosen.name
+            );
+        }
+        let extensions = [ash::khr::pipeline_executable_properties::NAME.as_ptr()];
+        let mut exec_props = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        let mut dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfo);
+        if pipeline_stats {
+            dinfo = dinfo.enabled_extension_names(&extensions).push_next(&mut exec_props);
+        }
         // SAFETY: physical belongs to instance; dinfo and its arrays outlive the call.
         let device =
             unsafe { instance.create_device(physical, &dinfo, None) }.map_err(check("vkCreateDevice"))?;
@@ -346,6 +373,8 @@ impl Device {
                 info: chosen.clone(),
                 queue_family,
                 timestamp_bits: families[queue_family as usize].timestamp_valid_bits,
+                pipeline_stats: pipeline_stats
+                    .then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device)),
                 device,
                 queue: Mutex::new(queue),
                 command_pool: Mutex::new(command_pool),

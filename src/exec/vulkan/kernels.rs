@@ -89,7 +89,10 @@ impl Kernels {
         }
         let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.into(), reason };
         let bytes = spirv(name).ok_or_else(|| fail("no such embedded shader".into()))?;
-        let words = spirv_words(bytes).map_err(fail)?;
+        let words = match override_spirv(name) {
+            Some(b) => spirv_words(&b.map_err(fail)?).map_err(fail)?,
+            None => spirv_words(bytes).map_err(fail)?,
+        };
         let k = Arc::new(Kernel::specialized(&self.dev, name, &words, spec)?);
         built.insert((name, spec.to_vec()), k.clone());
         Ok(k)
@@ -99,6 +102,20 @@ impl Kernels {
     pub fn device(&self) -> &Arc<Device> {
         &self.dev
     }
+}
+
+/// Environment variable naming a folder whose `<name>.spv` files replace the embedded shaders
+/// of those names: a tuning aid for trying compiled variants without rebuilding adeadvm.
+pub const SPIRV_DIR_ENV: &str = "ADEADVM_SPIRV_DIR";
+
+/// The bytes of `$ADEADVM_SPIRV_DIR/<name>.spv` when the variable is set and the file exists.
+fn override_spirv(name: &str) -> Option<Result<Vec<u8>, String>> {
+    let path = std::path::Path::new(&std::env::var_os(SPIRV_DIR_ENV)?).join(format!("{name}.spv"));
+    if !path.exists() {
+        return None;
+    }
+    eprintln!("adeadvm: shader {name} from {} ({SPIRV_DIR_ENV})", path.display());
+    Some(std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display())))
 }
 
 pub(crate) fn spirv(name: &str) -> Option<&'static [u8]> {

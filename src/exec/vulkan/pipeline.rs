@@ -128,7 +128,10 @@ impl Kernel {
         if !spec.is_empty() {
             stage = stage.specialization_info(&spec_info);
         }
-        let cinfo = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)];
+        let mut cinfo = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)];
+        if dev.pipeline_stats.is_some() {
+            cinfo[0] = cinfo[0].flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);
+        }
         // SAFETY: module and layout are live; the pipeline cache is the device's.
         let made = unsafe { d.create_compute_pipelines(dev.pipeline_cache, &cinfo, None) };
         // SAFETY: the module is no longer needed once the pipeline exists (or failed).
@@ -150,6 +153,9 @@ impl Kernel {
                 });
             }
         };
+        if let Some(ext) = &dev.pipeline_stats {
+            eprintln!("adeadvm: pipeline {name} {spec:?}: {}", statistics(ext, pipeline));
+        }
         Ok(Kernel { dev: dev.clone(), name: name.to_string(), interface, set_layout, layout, pipeline })
     }
 
@@ -162,6 +168,38 @@ impl Kernel {
     pub fn interface(&self) -> &Interface {
         &self.interface
     }
+}
+
+/// The driver's statistics of every executable of `pipeline` (built with CAPTURE_STATISTICS),
+/// as `name=value` pairs.
+fn statistics(ext: &ash::khr::pipeline_executable_properties::Device, pipeline: vk::Pipeline) -> String {
+    let info = vk::PipelineInfoKHR::default().pipeline(pipeline);
+    // SAFETY: pipeline is live and was created with CAPTURE_STATISTICS on a device with the
+    // extension and its pipelineExecutableInfo feature enabled.
+    let executables = match unsafe { ext.get_pipeline_executable_properties(&info) } {
+        Ok(e) => e.len() as u32,
+        Err(e) => return format!("no statistics ({e})"),
+    };
+    let mut out = Vec::new();
+    for i in 0..executables {
+        let info = vk::PipelineExecutableInfoKHR::default().pipeline(pipeline).executable_index(i);
+        // SAFETY: as above; i is below the executable count the driver reported.
+        let stats = unsafe { ext.get_pipeline_executable_statistics(&info) }.unwrap_or_default();
+        for s in stats {
+            let name = s.name_as_c_str().map_or_else(|_| "?".into(), |n| n.to_string_lossy().into_owned());
+            // SAFETY: `format` says which member of the union the driver wrote.
+            let value = unsafe {
+                match s.format {
+                    vk::PipelineExecutableStatisticFormatKHR::BOOL32 => (s.value.b32 != 0).to_string(),
+                    vk::PipelineExecutableStatisticFormatKHR::INT64 => s.value.i64.to_string(),
+                    vk::PipelineExecutableStatisticFormatKHR::UINT64 => s.value.u64.to_string(),
+                    _ => s.value.f64.to_string(),
+                }
+            };
+            out.push(format!("{name}={value}"));
+        }
+    }
+    out.join(", ")
 }
 
 impl Drop for Kernel {
