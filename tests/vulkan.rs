@@ -249,7 +249,7 @@ fn committed_spirv_is_current() {
         // The same command as shaders/build.sh, from the repository root.
         let st = Command::new("glslc")
             .current_dir(root)
-            .args(["--target-env=vulkan1.0", "-I", "shaders/include"])
+            .args(["-O", "--target-env=vulkan1.0", "-I", "shaders/include"])
             .arg(format!("shaders/{name}.comp"))
             .arg("-o")
             .arg(&out)
@@ -278,7 +278,7 @@ const INTEGER_ONLY: &[&str] =
 fn strict_shaders_never_contract() {
     use rspirv::dr::Operand;
     use rspirv::spirv::{Decoration, Op};
-    for (name, bytes) in SHADERS.iter().filter(|(name, _)| !vulkan::FAST_SHADERS.contains(name)) {
+    for (name, bytes) in SHADERS.iter().filter(|(name, _)| !vulkan::fast_only(name)) {
         let module = rspirv::dr::load_words(vulkan::spirv_words(bytes).unwrap()).unwrap();
         // Result types that are integers (or integer vectors): extended instructions on them
         // (findMSB and the like) are exact, unlike the float ones.

@@ -1,7 +1,7 @@
-// gemm.glsl -- the register-tiled MATMUL kernels (shaders/gemm_strict.comp, gemm_fast.comp) for
+// gemm.glsl -- the register-tiled MATMUL kernels (shaders/gemm_{strict,fast}_*.comp) for
 // act none and relu; GELU stays with matmul.glsl.
 //
-// Geometry (compiled in, one shader per choice of ops::rows::GemmTile): a workgroup of
+// Geometry (compiled in, one shader per ops::rows::GemmTile, shaders/gemm_{strict,fast}_*.comp): a workgroup of
 // WG = (BM/TM)*(BN/TN) threads computes a BM x BN output tile; each thread owns TM x TN outputs
 // as RM = TM/4 row quads and RN = TN/4 column quads spread over the tile (rows
 // q*4*(BM/TM) + ty*4 + e), so shared-memory reads are vec4 and conflict-free. k is staged BK at a
@@ -25,7 +25,6 @@
 //    a flushed -0 accumulator into +0).
 #ifndef ADEADVM_GEMM_GLSL
 #define ADEADVM_GEMM_GLSL
-#extension GL_EXT_control_flow_attributes : require
 #include "matmul_common.glsl"
 
 // The k one dispatch covers (ops::rows::GEMM_K_SPAN): lavapipe ends a loop after 65535
@@ -33,17 +32,29 @@
 #define GEMM_K_SPAN 2048u
 
 // The geometry is compiled in (GEMM_BM, GEMM_BN, GEMM_BK, GEMM_TM, GEMM_TN, defined by each
-// shaders/gemm_*.comp), not specialized: NVIDIA's compiler left loops bounded by specialization
-// constants rolled, so the accumulators were indexed at run time and lived in local memory
-// (measured on an H100: 1.9 TFLOP/s against 16-23 for the same kernel with literal bounds).
+// shaders/gemm_*.comp), and every per-thread array (the accumulators, the staged loads) is
+// indexed only by constants written out by the macros below, never by a loop counter: NVIDIA's
+// compiler left such loops rolled and moved the arrays to local memory (measured on an H100:
+// 2.0 TFLOP/s against 20-34 with constant indices). The macros rather than spirv-opt's
+// unroller, because the unroller drops `precise` on the copies it makes (and -O then fused the
+// strict tier's products into FMAs).
+#define GEMM_WG ((GEMM_BM / GEMM_TM) * (GEMM_BN / GEMM_TN))
+#define GEMM_LA ((GEMM_BM * GEMM_BK) / (4 * GEMM_WG)) // vec4 loads of a per thread per chunk
+#define GEMM_LB ((GEMM_BN * GEMM_BK) / (4 * GEMM_WG))
+#if (GEMM_TM != 4 && GEMM_TM != 8) || (GEMM_TN != 4 && GEMM_TN != 8)
+#error "GEMM_TM and GEMM_TN must be 4 or 8"
+#endif
+#if (GEMM_LA != 1 && GEMM_LA != 2) || (GEMM_LB != 1 && GEMM_LB != 2) || (GEMM_BK != 8 && GEMM_BK != 16 && GEMM_BK != 32)
+#error "each thread stages one or two vec4s of each operand per chunk; GEMM_BK is 8, 16 or 32"
+#endif
 const uint BM = GEMM_BM;
 const uint BN = GEMM_BN;
 const uint BK = GEMM_BK;
 const uint TM = GEMM_TM;
 const uint TN = GEMM_TN;
-const uint WG = (BM / TM) * (BN / TN);
+const uint WG = GEMM_WG;
 layout(constant_id = 0) const bool HW_FTZ = false;
-layout(local_size_x = (GEMM_BM / GEMM_TM) * (GEMM_BN / GEMM_TN)) in;
+layout(local_size_x = GEMM_WG) in;
 
 // vec4 views of the same bindings (used only when the contiguous dimension is a multiple of 4).
 layout(set = 0, binding = 0) buffer Y4 { vec4 y4[]; };
@@ -56,8 +67,6 @@ const uint NTM = BM / TM;  // threads along m
 const uint NTN = BN / TN;  // threads along n
 const uint SA = BM / 4u + 1u; // vec4s per staged k row of a (one vec4 of padding)
 const uint SB = BN / 4u + 1u;
-const uint LA = (BM * BK) / (4u * WG); // vec4 loads per thread per chunk
-const uint LB = (BN * BK) / (4u * WG);
 
 shared vec4 As[2u * BK * SA]; // As[(buf * BK + kk) * SA + r / 4][r % 4] = op(a)[row0 + r, k0 + kk]
 shared vec4 Bs[2u * BK * SB]; // Bs[(buf * BK + kk) * SB + c / 4][c % 4] = op(b)[k0 + kk, col0 + c]
@@ -65,166 +74,227 @@ shared uint tiny_chunk[2];    // 1 + the last chunk number staged in each buffer
 
 uint M, N, K, k_end, row0, col0, aoff, boff;
 bool ta, tb, a_vec, b_vec;
-vec4 ra[LA], rb[LB]; // the next chunk, between its global load and its shared store
-uint tx, ty;         // the thread's column and row within the tile's thread grid
+vec4 ra0, ra1, rb0, rb1; // the next chunk, between its global load and its shared store
+uint tx, ty;             // the thread's column and row within the tile's thread grid
 
 // Four consecutive elements of a stored operand along its contiguous dimension: `base` is the
 // first's index, `n_in` how many of the four are in range (the rest read as 0). One body for
 // both operands (GLSL takes no buffer parameters, hence the macro).
-#define GEMM_LOAD4(name, x, x4, vec_ok)                \
-    vec4 name(uint base, uint n_in) {                  \
-        if (n_in >= 4u && vec_ok) {                    \
-            return x4[base / 4u];                      \
-        }                                              \
-        vec4 v = vec4(0.0);                            \
-        [[unroll]] for (uint e = 0u; e < 4u; e++) {    \
-            if (e < n_in) v[e] = x[base + e];          \
-        }                                              \
-        return v;                                      \
+#define GEMM_LOAD4(name, x, x4, vec_ok)                                  \
+    vec4 name(uint base, uint n_in) {                                    \
+        if (n_in >= 4u && vec_ok) {                                      \
+            return x4[base / 4u];                                        \
+        }                                                                \
+        return vec4(n_in > 0u ? x[base] : 0.0, n_in > 1u ? x[base + 1u] : 0.0, \
+                    n_in > 2u ? x[base + 2u] : 0.0, n_in > 3u ? x[base + 3u] : 0.0); \
     }
 GEMM_LOAD4(load4_a, a, a4, a_vec)
 GEMM_LOAD4(load4_b, b, b4, b_vec)
 
 uint in_range(uint first, uint end) { return first >= end ? 0u : min(end - first, 4u); }
 
-// Global -> registers for the chunk starting at k0. A stored [M, K] (not ta) is read along k, a
-// stored [K, M] (ta) along m; likewise b.
+// Global -> registers: load `l` (0 or 1) of this thread for the chunk starting at k0. A stored
+// [M, K] (not ta) is read along k, a stored [K, M] (ta) along m; likewise b.
+vec4 load_a(uint l, uint k0) {
+    uint idx = l * WG + gl_LocalInvocationID.x;
+    if (!ta) {
+        uint r = idx / (BK / 4u), kq = idx % (BK / 4u);
+        uint gr = row0 + r, gk = k0 + kq * 4u;
+        return gr < M ? load4_a(aoff + gr * K + gk, in_range(gk, k_end)) : vec4(0.0);
+    }
+    uint kk = idx / (BM / 4u), rq = idx % (BM / 4u);
+    uint gk = k0 + kk, gr = row0 + rq * 4u;
+    return gk < k_end ? load4_a(aoff + gk * M + gr, in_range(gr, M)) : vec4(0.0);
+}
+vec4 load_b(uint l, uint k0) {
+    uint idx = l * WG + gl_LocalInvocationID.x;
+    if (!tb) {
+        uint kk = idx / (BN / 4u), cq = idx % (BN / 4u);
+        uint gk = k0 + kk, gc = col0 + cq * 4u;
+        return gk < k_end ? load4_b(boff + gk * N + gc, in_range(gc, N)) : vec4(0.0);
+    }
+    uint c = idx / (BK / 4u), kq = idx % (BK / 4u);
+    uint gc = col0 + c, gk = k0 + kq * 4u;
+    return gc < N ? load4_b(boff + gc * K + gk, in_range(gk, k_end)) : vec4(0.0);
+}
 void load_chunk(uint k0) {
-    uint t = gl_LocalInvocationID.x;
-    [[unroll]] for (uint l = 0u; l < LA; l++) {
-        uint idx = l * WG + t;
-        if (!ta) {
-            uint r = idx / (BK / 4u), kq = idx % (BK / 4u);
-            uint gr = row0 + r, gk = k0 + kq * 4u;
-            ra[l] = gr < M ? load4_a(aoff + gr * K + gk, in_range(gk, k_end)) : vec4(0.0);
-        } else {
-            uint kk = idx / (BM / 4u), rq = idx % (BM / 4u);
-            uint gk = k0 + kk, gr = row0 + rq * 4u;
-            ra[l] = gk < k_end ? load4_a(aoff + gk * M + gr, in_range(gr, M)) : vec4(0.0);
-        }
-    }
-    [[unroll]] for (uint l = 0u; l < LB; l++) {
-        uint idx = l * WG + t;
-        if (!tb) {
-            uint kk = idx / (BN / 4u), cq = idx % (BN / 4u);
-            uint gk = k0 + kk, gc = col0 + cq * 4u;
-            rb[l] = gk < k_end ? load4_b(boff + gk * N + gc, in_range(gc, N)) : vec4(0.0);
-        } else {
-            uint c = idx / (BK / 4u), kq = idx % (BK / 4u);
-            uint gc = col0 + c, gk = k0 + kq * 4u;
-            rb[l] = gc < N ? load4_b(boff + gc * K + gk, in_range(gk, k_end)) : vec4(0.0);
-        }
-    }
+    ra0 = load_a(0u, k0);
+    rb0 = load_b(0u, k0);
+#if GEMM_LA == 2
+    ra1 = load_a(1u, k0);
+#endif
+#if GEMM_LB == 2
+    rb1 = load_b(1u, k0);
+#endif
 }
 
-#ifndef GEMM_FAST
+#ifdef GEMM_FAST
+bool stage_strict(inout vec4 v) { return false; }
+#else
+vec4 strict_ftz4(vec4 v) {
+    return vec4(strict_ftz(v.x), strict_ftz(v.y), strict_ftz(v.z), strict_ftz(v.w));
+}
 // Flushes v's denormals; true when a lane is nonzero and below 2^-63 in magnitude.
 bool stage_strict(inout vec4 v) {
-    bool tiny = false;
-    [[unroll]] for (uint e = 0u; e < 4u; e++) {
-        uint ex = floatBitsToUint(v[e]) & 0x7f800000u;
-        v[e] = strict_ftz(v[e]);
-        tiny = tiny || (ex != 0u && ex < (64u << 23));
+    uvec4 ex = floatBitsToUint(v) & 0x7f800000u;
+    v = strict_ftz4(v);
+    uvec4 tiny = uvec4(notEqual(ex, uvec4(0u))) & uvec4(lessThan(ex, uvec4(64u << 23)));
+    return any(notEqual(tiny, uvec4(0u)));
+}
+#endif
+
+// Registers -> shared buffer `buf`: load `l` of a (v); true when it has a tiny operand.
+bool store_a(uint l, vec4 v, uint buf) {
+    bool tiny = stage_strict(v);
+    uint idx = l * WG + gl_LocalInvocationID.x;
+    if (!ta) {
+        uint r = idx / (BK / 4u), kq = idx % (BK / 4u);
+        uint base = (buf * BK + kq * 4u) * SA + r / 4u, lane = r % 4u;
+        As[base][lane] = v.x;
+        As[base + SA][lane] = v.y;
+        As[base + 2u * SA][lane] = v.z;
+        As[base + 3u * SA][lane] = v.w;
+    } else {
+        uint kk = idx / (BM / 4u), rq = idx % (BM / 4u);
+        As[(buf * BK + kk) * SA + rq] = v;
     }
     return tiny;
 }
-#endif
-
-// Registers -> shared buffer `buf` (chunk number `chunk`).
+bool store_b(uint l, vec4 v, uint buf) {
+    bool tiny = stage_strict(v);
+    uint idx = l * WG + gl_LocalInvocationID.x;
+    if (!tb) {
+        uint kk = idx / (BN / 4u), cq = idx % (BN / 4u);
+        Bs[(buf * BK + kk) * SB + cq] = v;
+    } else {
+        uint c = idx / (BK / 4u), kq = idx % (BK / 4u);
+        uint base = (buf * BK + kq * 4u) * SB + c / 4u, lane = c % 4u;
+        Bs[base][lane] = v.x;
+        Bs[base + SB][lane] = v.y;
+        Bs[base + 2u * SB][lane] = v.z;
+        Bs[base + 3u * SB][lane] = v.w;
+    }
+    return tiny;
+}
+// The staged loads into shared buffer `buf` (chunk number `chunk`).
 void store_chunk(uint buf, uint chunk) {
-    uint t = gl_LocalInvocationID.x;
-    bool tiny = false;
-    [[unroll]] for (uint l = 0u; l < LA; l++) {
-        vec4 v = ra[l];
-#ifndef GEMM_FAST
-        tiny = stage_strict(v) || tiny;
+    bool tiny = store_a(0u, ra0, buf);
+    tiny = store_b(0u, rb0, buf) || tiny;
+#if GEMM_LA == 2
+    tiny = store_a(1u, ra1, buf) || tiny;
 #endif
-        uint idx = l * WG + t;
-        if (!ta) {
-            uint r = idx / (BK / 4u), kq = idx % (BK / 4u);
-            [[unroll]] for (uint e = 0u; e < 4u; e++) {
-                As[(buf * BK + kq * 4u + e) * SA + r / 4u][r % 4u] = v[e];
-            }
-        } else {
-            uint kk = idx / (BM / 4u), rq = idx % (BM / 4u);
-            As[(buf * BK + kk) * SA + rq] = v;
-        }
-    }
-    [[unroll]] for (uint l = 0u; l < LB; l++) {
-        vec4 v = rb[l];
-#ifndef GEMM_FAST
-        tiny = stage_strict(v) || tiny;
+#if GEMM_LB == 2
+    tiny = store_b(1u, rb1, buf) || tiny;
 #endif
-        uint idx = l * WG + t;
-        if (!tb) {
-            uint kk = idx / (BN / 4u), cq = idx % (BN / 4u);
-            Bs[(buf * BK + kk) * SB + cq] = v;
-        } else {
-            uint c = idx / (BK / 4u), kq = idx % (BK / 4u);
-            [[unroll]] for (uint e = 0u; e < 4u; e++) {
-                Bs[(buf * BK + kq * 4u + e) * SB + c / 4u][c % 4u] = v[e];
-            }
-        }
-    }
     if (tiny) {
         atomicMax(tiny_chunk[buf], chunk + 1u);
     }
 }
 
-// One step of k (kk of the chunk in shared buffer `buf`) for all the thread's outputs, written
-// out in main (a macro, not a function): the accumulators stay a local array indexed only by
-// unrolled constants, which the compiler keeps in registers (as a global array of 32 or more it
-// kept them in local memory on NVIDIA, at a tenth of the speed).
-#ifdef GEMM_FAST
-#define GEMM_MAC(i, x, y, careful) acc[i] = fma(x, y, acc[i])
+// The accumulators: acc[(q * 4 + e) * RN + qn] holds row quad q lane e, column quad qn (four
+// columns). GEMM_FOR_ACC(X) writes X(i, q, e, qn) out for every accumulator, with literals.
+#define GEMM_FOR_E(X, q, qn)                                                               \
+    X(((q) * 4 + 0) * (GEMM_TN / 4) + (qn), q, 0, qn) X(((q) * 4 + 1) * (GEMM_TN / 4) + (qn), q, 1, qn) \
+    X(((q) * 4 + 2) * (GEMM_TN / 4) + (qn), q, 2, qn) X(((q) * 4 + 3) * (GEMM_TN / 4) + (qn), q, 3, qn)
+#if GEMM_TN == 8
+#define GEMM_FOR_QN(X, q) GEMM_FOR_E(X, q, 0) GEMM_FOR_E(X, q, 1)
 #else
-#define GEMM_MAC(i, x, y, careful)                                        \
-    {                                                                     \
-        precise float prod = (careful) ? strict_mul(x, y) : (x) * (y);     \
-        precise float s = acc[i] + prod;                                  \
-        acc[i] = HW_FTZ ? s : strict_ftz(s);                              \
+#define GEMM_FOR_QN(X, q) GEMM_FOR_E(X, q, 0)
+#endif
+#if GEMM_TM == 8
+#define GEMM_FOR_ACC(X) GEMM_FOR_QN(X, 0) GEMM_FOR_QN(X, 1)
+#else
+#define GEMM_FOR_ACC(X) GEMM_FOR_QN(X, 0)
+#endif
+
+// One multiply-accumulate of a row quad's lane (scalar x) into four columns (vec4 y), lane by
+// lane exactly the scalar rule (vector arithmetic is per lane).
+#ifdef GEMM_FAST
+#define GEMM_MAC(i, x, y, careful) acc[i] = fma(vec4(x), y, acc[i]);
+#else
+vec4 strict_mul4(float x, vec4 y) {
+    return vec4(strict_mul(x, y.x), strict_mul(x, y.y), strict_mul(x, y.z), strict_mul(x, y.w));
+}
+#define GEMM_MAC(i, x, y, careful)                                         \
+    {                                                                      \
+        precise vec4 prod = careful ? strict_mul4(x, y) : vec4(x) * (y);   \
+        precise vec4 s = acc[i] + prod;                                    \
+        acc[i] = HW_FTZ ? s : strict_ftz4(s);                              \
     }
 #endif
-#define GEMM_STEP(buf, kk, careful)                                                         \
+#define GEMM_MAC_PLAIN(i, q, e, qn) GEMM_MAC(i, av[q][e], bv[qn], false)
+#define GEMM_MAC_CAREFUL(i, q, e, qn) GEMM_MAC(i, av[q][e], bv[qn], careful)
+
+// One step of k (kk of the chunk in shared buffer `buf`) for all the thread's outputs, each
+// multiply-accumulate written by MAC (GEMM_MAC_PLAIN, or GEMM_MAC_CAREFUL with a bool
+// `careful` in scope: whether to take strict_mul).
+#define GEMM_STEP(buf, kk, MAC)                                                                \
     {                                                                                       \
         vec4 av[RM], bv[RN];                                                                \
-        [[unroll]] for (uint q = 0u; q < RM; q++) {                                         \
-            av[q] = As[((buf) * BK + (kk)) * SA + q * NTM + ty];                            \
-        }                                                                                   \
-        [[unroll]] for (uint qn = 0u; qn < RN; qn++) {                                      \
-            bv[qn] = Bs[((buf) * BK + (kk)) * SB + qn * NTN + tx];                          \
-        }                                                                                   \
-        [[unroll]] for (uint q = 0u; q < RM; q++) {                                         \
-            [[unroll]] for (uint e = 0u; e < 4u; e++) {                                     \
-                [[unroll]] for (uint qn = 0u; qn < RN; qn++) {                              \
-                    [[unroll]] for (uint f = 0u; f < 4u; f++) {                             \
-                        GEMM_MAC((q * 4u + e) * TN + qn * 4u + f, av[q][e], bv[qn][f], careful); \
-                    }                                                                       \
-                }                                                                           \
-            }                                                                               \
-        }                                                                                   \
+        av[0] = As[((buf) * BK + (kk)) * SA + ty];                                          \
+        bv[0] = Bs[((buf) * BK + (kk)) * SB + tx];                                          \
+        if (RM == 2u) av[RM - 1u] = As[((buf) * BK + (kk)) * SA + NTM + ty];                \
+        if (RN == 2u) bv[RN - 1u] = Bs[((buf) * BK + (kk)) * SB + NTN + tx];                \
+        GEMM_FOR_ACC(MAC)                                                                   \
     }
+#define GEMM_STEPS4(buf, k0)                                                            \
+    GEMM_STEP(buf, k0, GEMM_MAC_PLAIN) GEMM_STEP(buf, k0 + 1u, GEMM_MAC_PLAIN)          \
+    GEMM_STEP(buf, k0 + 2u, GEMM_MAC_PLAIN) GEMM_STEP(buf, k0 + 3u, GEMM_MAC_PLAIN)
+#define GEMM_STEPS8(buf, k0) GEMM_STEPS4(buf, k0) GEMM_STEPS4(buf, k0 + 4u)
+#if GEMM_BK == 8
+#define GEMM_CHUNK(buf) GEMM_STEPS8(buf, 0u)
+#elif GEMM_BK == 16
+#define GEMM_CHUNK(buf) GEMM_STEPS8(buf, 0u) GEMM_STEPS8(buf, 8u)
+#else
+#define GEMM_CHUNK(buf) GEMM_STEPS8(buf, 0u) GEMM_STEPS8(buf, 8u) GEMM_STEPS8(buf, 16u) GEMM_STEPS8(buf, 24u)
+#endif
+
+// The four outputs of accumulator (q, e, qn): row, first column.
+uint acc_row(uint q, uint e) { return row0 + q * 4u * NTM + ty * 4u + e; }
+uint acc_col(uint qn) { return col0 + qn * 4u * NTN + tx * 4u; }
+
+// The partial sums an earlier dispatch stored (k_begin > 0), else +0.
+vec4 resume(uint q, uint e, uint qn, uint yoff) {
+    uint r = acc_row(q, e), c = acc_col(qn);
+    if (p.k_begin == 0u || r >= M) {
+        return vec4(0.0);
+    }
+    uint i = yoff + r * N + c;
+    return vec4(c < N ? y[i] : 0.0, c + 1u < N ? y[i + 1u] : 0.0, c + 2u < N ? y[i + 2u] : 0.0,
+                c + 3u < N ? y[i + 3u] : 0.0);
+}
+#define GEMM_RESUME(i, q, e, qn) acc[i] = resume(q, e, qn, yoff);
+
+// The last span's finish of output (r, c): canonical NaN, the bias, the activation.
+float finish(float x, uint r, uint c, bool has_bias, uint act, uint coff) {
+    x = strict_canon(x);
+    if (has_bias && c < N) {
+        x = strict_add(x, bias[coff + r * p.bias_sm + c * p.bias_sn]);
+    }
+    return activate(act, x);
+}
 
 // Finishes and writes four consecutive outputs of row r from column c (the part in range).
 void store_out(vec4 v, uint r, uint c, bool last, bool has_bias, uint act, uint coff, uint yoff,
                bool y_vec) {
+    if (r >= M) {
+        return;
+    }
     if (last) {
-        [[unroll]] for (uint f = 0u; f < 4u; f++) {
-            float x = strict_canon(v[f]);
-            if (has_bias && c + f < N) {
-                x = strict_add(x, bias[coff + r * p.bias_sm + (c + f) * p.bias_sn]);
-            }
-            v[f] = activate(act, x);
-        }
+        v = vec4(finish(v.x, r, c, has_bias, act, coff), finish(v.y, r, c + 1u, has_bias, act, coff),
+                 finish(v.z, r, c + 2u, has_bias, act, coff), finish(v.w, r, c + 3u, has_bias, act, coff));
     }
     if (y_vec && c + 4u <= N) {
         y4[(yoff + r * N + c) / 4u] = v;
     } else {
-        [[unroll]] for (uint f = 0u; f < 4u; f++) {
-            if (c + f < N) y[yoff + r * N + c + f] = v[f];
-        }
+        if (c < N) y[yoff + r * N + c] = v.x;
+        if (c + 1u < N) y[yoff + r * N + c + 1u] = v.y;
+        if (c + 2u < N) y[yoff + r * N + c + 2u] = v.z;
+        if (c + 3u < N) y[yoff + r * N + c + 3u] = v.w;
     }
 }
+#define GEMM_STORE(i, q, e, qn) \
+    store_out(acc[i], acc_row(q, e), acc_col(qn), last, has_bias, act, coff, yoff, y_vec);
 
 void main() {
     M = p.m;
@@ -260,19 +330,8 @@ void main() {
     if (t < 2u) {
         tiny_chunk[t] = 0u;
     }
-    float acc[TM * TN]; // acc[(q * 4 + e) * TN + qn * 4 + f]: row quad q lane e, column quad qn lane f
-    [[unroll]] for (uint q = 0u; q < RM; q++) {
-        [[unroll]] for (uint e = 0u; e < 4u; e++) {
-            uint r = row0 + q * 4u * NTM + ty * 4u + e;
-            [[unroll]] for (uint qn = 0u; qn < RN; qn++) {
-                [[unroll]] for (uint f = 0u; f < 4u; f++) {
-                    uint c = col0 + qn * 4u * NTN + tx * 4u + f;
-                    acc[(q * 4u + e) * TN + qn * 4u + f] =
-                        (p.k_begin != 0u && r < M && c < N) ? y[yoff + r * N + c] : 0.0;
-                }
-            }
-        }
-    }
+    vec4 acc[RM * 4u * RN];
+    GEMM_FOR_ACC(GEMM_RESUME)
     memoryBarrierShared();
     barrier();
 
@@ -291,17 +350,16 @@ void main() {
         }
         uint kc = min(BK, k_end - k0);
 #ifdef GEMM_FAST
-        const bool careful = false;
+        bool careful = false;
 #else
         bool careful = tiny_chunk[buf] == chunk + 1u;
 #endif
         if (kc == BK && !careful) {
-            [[unroll]] for (uint kk = 0u; kk < BK; kk++) {
-                GEMM_STEP(buf, kk, false);
-            }
+            // Written out: every kk a literal, so shared-memory offsets are constants too.
+            GEMM_CHUNK(buf)
         } else {
             for (uint kk = 0u; kk < kc; kk++) {
-                GEMM_STEP(buf, kk, careful);
+                GEMM_STEP(buf, kk, GEMM_MAC_CAREFUL)
             }
         }
         if (more) {
@@ -312,22 +370,7 @@ void main() {
         chunk++;
     }
 
-    [[unroll]] for (uint q = 0u; q < RM; q++) {
-        [[unroll]] for (uint e = 0u; e < 4u; e++) {
-            uint r = row0 + q * 4u * NTM + ty * 4u + e;
-            [[unroll]] for (uint qn = 0u; qn < RN; qn++) {
-                uint c = col0 + qn * 4u * NTN + tx * 4u;
-                uint i = (q * 4u + e) * TN + qn * 4u;
-                vec4 v = vec4(acc[i], acc[i + 1u], acc[i + 2u], acc[i + 3u]);
-                // `if`, not `continue`: spirv-opt's unroller leaves a loop with a `continue`
-                // rolled, and a rolled loop indexes acc at run time, which sends it to local
-                // memory.
-                if (r < M) {
-                    store_out(v, r, c, last, has_bias, act, coff, yoff, y_vec);
-                }
-            }
-        }
-    }
+    GEMM_FOR_ACC(GEMM_STORE)
 }
 
 #endif // ADEADVM_GEMM_GLSL

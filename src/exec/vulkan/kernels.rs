@@ -9,55 +9,52 @@ use super::error::VulkanError;
 use super::pipeline::{spirv_words, Kernel};
 use crate::exec::cpu::reference::{Binary, Unary};
 
+/// `(name, bytes of shaders/spv/<name>.spv)` for each name.
+macro_rules! embed {
+    ($($name:literal,)*) => {
+        &[$(($name, include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/", $name, ".spv")))),*]
+    };
+}
+
 /// (name, SPIR-V bytes) of every embedded shader; `shaders/<name>.comp` is its source.
-pub const SHADERS: &[(&str, &[u8])] = &[
-    ("unary", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/unary.spv"))),
-    ("binary", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary.spv"))),
-    ("binary_scalar", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary_scalar.spv"))),
-    ("binary_i32", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/binary_i32.spv"))),
-    ("unary_i32", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/unary_i32.spv"))),
-    ("fill", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/fill.spv"))),
-    ("rand", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rand.spv"))),
-    ("cast", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/cast.spv"))),
-    ("unpack16", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/unpack16.spv"))),
-    ("pack16", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/pack16.spv"))),
-    ("strided_copy", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/strided_copy.spv"))),
-    ("gather", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gather.spv"))),
-    ("matmul", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/matmul.spv"))),
-    ("matmul_gelu", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/matmul_gelu.spv"))),
-    ("softmax", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/softmax.spv"))),
-    ("layernorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/layernorm.spv"))),
-    ("rmsnorm", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/rmsnorm.spv"))),
-    ("reduce", include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/reduce.spv"))),
-    (
-        "gemm_strict_128x128",
-        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_strict_128x128.spv")),
-    ),
-    (
-        "gemm_strict_128x64",
-        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_strict_128x64.spv")),
-    ),
-    (
-        "gemm_strict_64x64",
-        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_strict_64x64.spv")),
-    ),
-    (
-        "gemm_fast_128x128",
-        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_fast_128x128.spv")),
-    ),
-    (
-        "gemm_fast_128x64",
-        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_fast_128x64.spv")),
-    ),
-    (
-        "gemm_fast_64x64",
-        include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/spv/gemm_fast_64x64.spv")),
-    ),
+pub const SHADERS: &[(&str, &[u8])] = embed![
+    "unary",
+    "binary",
+    "binary_scalar",
+    "binary_i32",
+    "unary_i32",
+    "fill",
+    "rand",
+    "cast",
+    "unpack16",
+    "pack16",
+    "strided_copy",
+    "gather",
+    "matmul",
+    "matmul_gelu",
+    "softmax",
+    "layernorm",
+    "rmsnorm",
+    "reduce",
+    "gemm_strict_128x128x8_8x8",
+    "gemm_strict_128x128x16_8x8",
+    "gemm_strict_128x64x16_8x4",
+    "gemm_strict_64x128x16_4x8",
+    "gemm_strict_64x64x16_4x4",
+    "gemm_strict_64x64x32_4x4",
+    "gemm_fast_128x128x8_8x8",
+    "gemm_fast_128x128x16_8x8",
+    "gemm_fast_128x64x16_8x4",
+    "gemm_fast_64x128x16_4x8",
+    "gemm_fast_64x64x16_4x4",
+    "gemm_fast_64x64x32_4x4",
 ];
 
-/// The shaders that run only in the fast tier: they may fuse (FMA) and need not repeat the CPU's
-/// bits, so the strict-arithmetic checks of tests/vulkan.rs skip them.
-pub const FAST_SHADERS: &[&str] = &["gemm_fast_128x128", "gemm_fast_128x64", "gemm_fast_64x64"];
+/// Whether shader `name` runs only in the fast tier: it may fuse (FMA) and need not repeat the
+/// CPU's bits, so the strict-arithmetic checks of tests/vulkan.rs skip it.
+pub fn fast_only(name: &str) -> bool {
+    name.starts_with("gemm_fast_")
+}
 
 /// Built pipelines by (shader, specialization constants).
 type Built = HashMap<(&'static str, Vec<u32>), Arc<Kernel>>;

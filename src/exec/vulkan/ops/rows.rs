@@ -80,8 +80,15 @@ impl GemmTile {
     pub const MEDIUM: GemmTile = GemmTile { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 };
     /// 64x64 tiles, 4x4 a thread: small outputs (more workgroups to spread).
     pub const SMALL: GemmTile = GemmTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
-    /// Largest first.
-    pub const ALL: [GemmTile; 3] = [GemmTile::LARGE, GemmTile::MEDIUM, GemmTile::SMALL];
+    /// Every compiled geometry (shaders/gemm_{strict,fast}_BMxBNxBK_TMxTN.comp), largest first.
+    pub const ALL: [GemmTile; 6] = [
+        GemmTile::LARGE,
+        GemmTile { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 },
+        GemmTile::MEDIUM,
+        GemmTile { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8 },
+        GemmTile::SMALL,
+        GemmTile { bm: 64, bn: 64, bk: 32, tm: 4, tn: 4 },
+    ];
 
     /// Threads per workgroup.
     pub fn threads(&self) -> u32 {
@@ -96,17 +103,24 @@ impl GemmTile {
 
     /// The compiled shader of this geometry in `tier` (None: no shader has it).
     fn shader(&self, tier: Tier) -> Option<&'static str> {
-        let i = GemmTile::ALL.iter().position(|t| t == self)?;
-        Some(match tier {
-            Tier::Strict => ["gemm_strict_128x128", "gemm_strict_128x64", "gemm_strict_64x64"][i],
-            Tier::Fast => ["gemm_fast_128x128", "gemm_fast_128x64", "gemm_fast_64x64"][i],
-        })
+        let tier = match tier {
+            Tier::Strict => "strict",
+            Tier::Fast => "fast",
+        };
+        let GemmTile { bm, bn, bk, tm, tn } = *self;
+        let name = format!("gemm_{tier}_{bm}x{bn}x{bk}_{tm}x{tn}");
+        crate::exec::vulkan::SHADERS.iter().map(|(n, _)| *n).find(|n| *n == name)
     }
 
     /// Why the kernel cannot run this geometry on `rec`'s device, if it cannot.
     pub fn unusable(&self, rec: &Recorder) -> Option<String> {
+        self.unusable_on(rec.device().info())
+    }
+
+    /// Why the kernel cannot run this geometry on the device `info` describes, if it cannot
+    /// (lavapipe, for one, gives a workgroup 32 KiB of shared memory, NVIDIA 48).
+    pub fn unusable_on(&self, info: &crate::exec::vulkan::DeviceInfo) -> Option<String> {
         let wg = self.threads();
-        let info = &rec.device().info;
         if self.shader(Tier::Strict).is_none() {
             Some(format!("{self:?} is not one of the compiled geometries {:?}", GemmTile::ALL))
         } else if wg > info.max_compute_workgroup_invocations || wg > info.max_compute_workgroup_size[0] {

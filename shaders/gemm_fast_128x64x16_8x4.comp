@@ -1,6 +1,7 @@
 #version 450
-// MATMUL with no activation or RELU, strict tier, 128x64 tiles (k by 16, 8x4 outputs a thread): see shaders/include/gemm.glsl.
+// MATMUL with no activation or RELU, fast tier, 128x64 output tiles staged 16 of k at a time, 8x4 outputs a thread: see shaders/include/gemm.glsl.
 #extension GL_GOOGLE_include_directive : require
+#define GEMM_FAST
 #define GEMM_BM 128
 #define GEMM_BN 64
 #define GEMM_BK 16
