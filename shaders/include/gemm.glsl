@@ -44,6 +44,9 @@
 #if (GEMM_TM != 4 && GEMM_TM != 8) || (GEMM_TN != 4 && GEMM_TN != 8)
 #error "GEMM_TM and GEMM_TN must be 4 or 8"
 #endif
+#if (GEMM_BN / GEMM_TN) % 8 != 0 || (GEMM_BM / GEMM_TM) % 4 != 0
+#error "the thread grid is tiled by groups of 8 x 4 threads"
+#endif
 #if (GEMM_LA != 1 && GEMM_LA != 2) || (GEMM_LB != 1 && GEMM_LB != 2) || (GEMM_BK != 8 && GEMM_BK != 16 && GEMM_BK != 32)
 #error "each thread stages one or two vec4s of each operand per chunk; GEMM_BK is 8, 16 or 32"
 #endif
@@ -323,8 +326,11 @@ void main() {
     k_end = (K - p.k_begin) > GEMM_K_SPAN ? p.k_begin + GEMM_K_SPAN : K;
     bool last = k_end == K;
     uint t = gl_LocalInvocationID.x;
-    tx = t % NTN;
-    ty = t / NTN;
+    // Each group of 32 threads (an NVIDIA warp) covers 8 thread columns by 4 thread rows, so one
+    // step's shared-memory reads touch 4 vec4s of a and 8 of b (a row of 16 threads read 16 of
+    // b, twice the bandwidth). Any permutation of threads gives the same bits.
+    tx = (t / 32u) % (NTN / 8u) * 8u + t % 8u;
+    ty = (t / 32u) / (NTN / 8u) * 4u + (t % 32u) / 8u;
     bool y_vec = (N % 4u) == 0u;
 
     if (t < 2u) {

@@ -60,7 +60,7 @@ const MAX_GROUPS: u32 = 65535;
 const MATMUL_TILE: u64 = 64;
 
 /// The geometry of the register-tiled GEMM kernels (shaders/include/gemm.glsl; one compiled
-/// shader per geometry and tier, shaders/gemm_{strict,fast}_BMxBN.comp): a workgroup of
+/// shader per geometry and tier, shaders/gemm_{strict,fast}_BMxBNxBK_TMxTN.comp): a workgroup of
 /// `(bm / tm) * (bn / tn)` threads computes a `bm` x `bn` output tile, staging `bk` of k at a
 /// time; each thread owns `tm` x `tn` outputs. No choice changes a result bit (every output
 /// still sums k ascending).
@@ -74,21 +74,15 @@ pub struct GemmTile {
 }
 
 impl GemmTile {
-    /// 128x128 tiles, 8x8 outputs a thread: large outputs.
-    pub const LARGE: GemmTile = GemmTile { bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 };
-    /// 128x64 tiles, 8x4 a thread.
-    pub const MEDIUM: GemmTile = GemmTile { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 };
-    /// 64x64 tiles, 4x4 a thread: small outputs (more workgroups to spread).
-    pub const SMALL: GemmTile = GemmTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
+    /// 128x64 tiles, 8x4 outputs a thread: large outputs.
+    pub const LARGE: GemmTile = GemmTile { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 };
+    /// 64x64 tiles staged 32 of k at a time, 4x4 a thread: smaller outputs (more workgroups to
+    /// spread over the device).
+    pub const SMALL: GemmTile = GemmTile { bm: 64, bn: 64, bk: 32, tm: 4, tn: 4 };
+    /// [`GemmTile::SMALL`] staged 16 of k at a time: within 32 KiB of shared memory (lavapipe).
+    pub const COMPACT: GemmTile = GemmTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
     /// Every compiled geometry (shaders/gemm_{strict,fast}_BMxBNxBK_TMxTN.comp), largest first.
-    pub const ALL: [GemmTile; 6] = [
-        GemmTile::LARGE,
-        GemmTile { bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 },
-        GemmTile::MEDIUM,
-        GemmTile { bm: 64, bn: 128, bk: 16, tm: 4, tn: 8 },
-        GemmTile::SMALL,
-        GemmTile { bm: 64, bn: 64, bk: 32, tm: 4, tn: 4 },
-    ];
+    pub const ALL: [GemmTile; 3] = [GemmTile::LARGE, GemmTile::SMALL, GemmTile::COMPACT];
 
     /// Threads per workgroup.
     pub fn threads(&self) -> u32 {
@@ -149,20 +143,26 @@ impl GemmTile {
         }
     }
 
-    /// The tile for a matmul: `ADEADVM_GEMM_TILE` (`BMxBNxBK/TMxTN`,
-    /// one of [`GemmTile::ALL`], for tuning experiments; ignored unless the device can run it),
-    /// else [`GemmTile::SMALL`]. Measured on an H100 (driver 580), the 64x64 tile ran at 16-23
-    /// TFLOP/s from 1024^2 to 4096^2 and both larger ones at 1.4-2.0 in both tiers, with the same
-    /// loop structure (the cause is not found yet; their registers are the suspect), so they are
-    /// kept for tuning but not chosen.
-    fn chosen(rec: &Recorder) -> GemmTile {
+    /// The tile for a matmul of `tiles_of(tile)` output tiles: `ADEADVM_GEMM_TILE`
+    /// (`BMxBNxBK/TMxTN`, one of [`GemmTile::ALL`], for tuning experiments; ignored unless the
+    /// device can run it), else [`GemmTile::LARGE`] when it still gives at least
+    /// [`LARGE_MIN_TILES`] workgroups, else [`GemmTile::SMALL`], else (not enough shared
+    /// memory) [`GemmTile::COMPACT`]. Measured on an H100 (driver 580, TFLOP/s at 1024^2 and
+    /// 4096^2, fast and strict): LARGE 25.8/33.5 and 16.5/20.2, SMALL 27.1/29.1 and 18.1/19.3,
+    /// COMPACT 24.5/26.0 and 17.3/18.3; 8x8 outputs a thread (128x128, 128x64, 64x128 tiles,
+    /// k by 8 or 16, fully unrolled or not) and 64x128 tiles of 4x8 did no better.
+    fn chosen(rec: &Recorder, tiles_of: impl Fn(GemmTile) -> u64) -> GemmTile {
         static FORCED: std::sync::OnceLock<Option<GemmTile>> = std::sync::OnceLock::new();
         let forced =
             FORCED.get_or_init(|| std::env::var("ADEADVM_GEMM_TILE").ok().and_then(|s| GemmTile::parse(&s)));
         if let Some(t) = forced.filter(|t| t.unusable(rec).is_none()) {
             return t;
         }
-        GemmTile::SMALL
+        let usable = |t: &GemmTile| t.unusable(rec).is_none();
+        if usable(&GemmTile::LARGE) && tiles_of(GemmTile::LARGE) >= LARGE_MIN_TILES {
+            return GemmTile::LARGE;
+        }
+        [GemmTile::SMALL, GemmTile::COMPACT].into_iter().find(usable).unwrap_or(GemmTile::COMPACT)
     }
 
     /// The compiled shader of this geometry for `tier` on `k`'s device, with its
@@ -175,6 +175,11 @@ impl GemmTile {
         }
     }
 }
+
+/// Output tiles from which [`GemmTile::LARGE`] is chosen: about three workgroups for each of an
+/// H100's 132 multiprocessors (at 2048^2, 512 tiles, it ran 15% faster than SMALL; at 1024^2,
+/// 128 tiles, 5% slower).
+const LARGE_MIN_TILES: u64 = 384;
 
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
@@ -382,7 +387,11 @@ pub fn matmul_with(
                 }
                 t
             }
-            None => GemmTile::chosen(rec),
+            None => GemmTile::chosen(rec, |t| {
+                u64::from(plan.batches)
+                    * u64::from(plan.m).div_ceil(u64::from(t.bm))
+                    * u64::from(plan.n).div_ceil(u64::from(t.bn))
+            }),
         };
         let kernel = tile.kernel(k, tier)?;
         (kernel, u64::from(tile.bm), u64::from(tile.bn), GEMM_K_SPAN)
