@@ -30,6 +30,11 @@ def torch_case(torch, kernel, n, iters):
         b = torch.rand((n, n), device=dev, generator=g)
         run = lambda: torch.matmul(a, b)
         flops, nbytes = 2.0 * n**3, 12.0 * n * n
+    elif kernel == "matmul-f16":
+        a = torch.rand((n, n), device=dev, generator=g).half()
+        b = torch.rand((n, n), device=dev, generator=g).half()
+        run = lambda: torch.matmul(a, b)
+        flops, nbytes = 2.0 * n**3, 6.0 * n * n
     elif kernel == "add":
         a = torch.rand(n, device=dev, generator=g)
         b = torch.rand(n, device=dev, generator=g)
@@ -94,6 +99,7 @@ def main():
         ("matmul", 1024, None, "fast >= 0.75x"),
         ("matmul", 2048, None, None),
         ("matmul", 4096, "strict >= 0.55x", "fast >= 0.85x"),
+        ("matmul-f16", 4096, None, "fast >= 0.6x"),
         ("add", 16 << 20, ">= 0.9x", None),
         ("add", 100 << 20, ">= 0.9x", None),
         ("exp", 16 << 20, ">= 0.9x", None),
@@ -101,14 +107,14 @@ def main():
         ("layernorm", 4096, None, None),
     ]
     if args.quick:
-        cases = [cases[0], cases[2], cases[3]]
-    print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32, TF32 off")
+        cases = [cases[0], cases[2], cases[3], cases[4]]
+    print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32 with TF32 off (matmul-f16: fp16)")
     print(f"{'kernel':<10} {'size':>9} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
     for kernel, n, strict_target, fast_target in cases:
         t, flops, nbytes = torch_case(torch, kernel, n, iters)
         s = adeadvm_case(args.adeadvm, kernel, n, "strict", iters)
         f = adeadvm_case(args.adeadvm, kernel, n, "fast", iters)
-        unit = (lambda x: f"{flops / x / 1e12:.2f} TF/s") if kernel == "matmul" else (lambda x: f"{nbytes / x / 1e9:.0f} GB/s")
+        unit = (lambda x: f"{flops / x / 1e12:.2f} TF/s") if kernel.startswith("matmul") else (lambda x: f"{nbytes / x / 1e9:.0f} GB/s")
         target = ", ".join(x for x in (strict_target, fast_target) if x) or "-"
         print(f"{kernel:<10} {n:>9} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x  {target}")
     # A chain of dependent tiny operations: the cost of one instruction.

@@ -9,5 +9,8 @@
 set -e
 for f in shaders/*.comp; do
     n=$(basename "$f" .comp)
-    glslc -O --target-env=vulkan1.0 -I shaders/include "$f" -o "shaders/spv/$n.spv"
+    # Cooperative matrices (and the subgroup builtins beside them) need SPIR-V 1.3.
+    env=vulkan1.0
+    if grep -q GL_NV_cooperative_matrix "$f"; then env=vulkan1.1; fi
+    glslc -O --target-env=$env -I shaders/include "$f" -o "shaders/spv/$n.spv"
 done

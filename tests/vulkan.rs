@@ -247,9 +247,11 @@ fn committed_spirv_is_current() {
         let name = path.file_stem().unwrap().to_str().unwrap().to_string();
         let out = dir.path().join(format!("{name}.spv"));
         // The same command as shaders/build.sh, from the repository root.
+        let source = std::fs::read_to_string(&path).unwrap();
+        let env = if source.contains("GL_NV_cooperative_matrix") { "vulkan1.1" } else { "vulkan1.0" };
         let st = Command::new("glslc")
             .current_dir(root)
-            .args(["-O", "--target-env=vulkan1.0", "-I", "shaders/include"])
+            .args(["-O", &format!("--target-env={env}"), "-I", "shaders/include"])
             .arg(format!("shaders/{name}.comp"))
             .arg("-o")
             .arg(&out)

@@ -17,6 +17,9 @@ use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig, Wants};
 pub enum Kernel {
     /// SGEMM SIZE×SIZE×SIZE (GFLOP/s).
     Matmul,
+    /// The same with f16 operands and output (on cooperative matrices in the fast tier, where
+    /// the device has them).
+    MatmulF16,
     /// y = a + b over SIZE elements (GB/s, 12 bytes per element).
     Add,
     /// y = exp(x) over SIZE elements.
@@ -109,6 +112,24 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
             2.0 * (n as f64).powi(3),
             12.0 * (n as f64).powi(2),
         ),
+        Kernel::MatmulF16 => {
+            let f16_input = |seed: u32| -> Result<HostTensor> {
+                let bytes: Vec<u8> = (0..(n * n) as u64)
+                    .flat_map(|i| {
+                        let v = adeadvm::rand::philox_uniform(seed, i) * 2.0 - 1.0;
+                        adeadvm::numerics::f32_to_f16_bits(v).to_le_bytes()
+                    })
+                    .collect();
+                HostTensor::from_bytes(adeadvm::isa::DType::F16, vec![n, n], &bytes).context("input too large")
+            };
+            (
+                format!(".input %a f16[{n}, {n}]\n.input %b f16[{n}, {n}]\n.output y f16[{n}, {n}]\nALLOC %c: f16[{n}, {n}]\nMATMUL %c, %a, %b\nSTORE y, %c\nFREE %c\n"),
+                1,
+                vec![("a", f16_input(1)?), ("b", f16_input(2)?)],
+                2.0 * (n as f64).powi(3),
+                6.0 * (n as f64).powi(2),
+            )
+        }
         Kernel::Add => (
             format!(".input %a f32[{n}]\n.input %b f32[{n}]\n.output y f32[{n}]\nALLOC %c: f32[{n}]\nADD %c, %a, %b\nSTORE y, %c\nFREE %c\n"),
             1,
@@ -186,7 +207,8 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // time adds one submit and fence wait.
     let gpu = if gpu_samples.len() == samples.len() { median_of(&mut gpu_samples) } else { None };
     let median = gpu.unwrap_or(wall);
-    let name = format!("{:?}", a.kernel).to_lowercase();
+    let name =
+        a.kernel.to_possible_value().map_or_else(|| format!("{:?}", a.kernel), |v| v.get_name().to_string());
     let level = vm.simd_level().name();
     if a.json {
         println!(
@@ -200,7 +222,7 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let what = match a.kernel {
-        Kernel::Matmul => format!("{:.1} GFLOP/s", flops / median / 1e9),
+        Kernel::Matmul | Kernel::MatmulF16 => format!("{:.1} GFLOP/s", flops / median / 1e9),
         Kernel::Dispatch => format!("{:.0} ns per instruction", median * 1e9),
         _ => format!("{:.2} GB/s", bytes / median / 1e9),
     };

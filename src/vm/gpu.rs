@@ -22,7 +22,7 @@ use crate::exec::vulkan::{
     Binding, Buffer, Download, Kernel, Recorder, Slice, Timestamp, VulkanError, VulkanExec,
 };
 use crate::format::{Program, TensorKind};
-use crate::isa::{DType, Insn, Instruction, Opcode, Placement as Hint, TensorId};
+use crate::isa::{DType, Insn, Instruction, Opcode, Placement as Hint, TensorId, Tier};
 use crate::numerics as nx;
 use crate::verify::{MemoryPlan, VerifiedProgram};
 
@@ -861,6 +861,38 @@ impl Vm {
                 let k = if ta { gs.a[gs.a.len() - 2] } else { gs.a[gs.a.len() - 1] } as u64;
                 cost =
                     (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
+                // Fast tier, f16 operands: straight from their f16 bytes on cooperative matrices
+                // where the device has them (f32 sums, the output rounded once).
+                let half = |t: TensorId| dt(t) == DType::F16;
+                let coopmat = p.tier == Tier::Fast
+                    && half(a)
+                    && half(b)
+                    && (half(dst) || dt(dst) == DType::F32)
+                    && a != dst
+                    && b != dst
+                    && self.gpu.as_ref().is_some_and(|g| rows::coopmat_f16_runs(g.exec.kernels(), act));
+                if coopmat {
+                    let (va, vb) = (self.src(p, f, a)?, self.src(p, f, b)?);
+                    let vbias = match bias {
+                        Some(t) => Some((self.src_f32(p, f, t, dst, false)?, shape(f, t))),
+                        None => None,
+                    };
+                    let d = self.dst(f, dst)?;
+                    let g = self.gpu.as_mut().expect("device");
+                    let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
+                    rows::matmul_coopmat_f16(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        &gs,
+                        act,
+                        &d,
+                        half(dst),
+                        &va,
+                        &vb,
+                        bias,
+                    )?;
+                    return Ok((Flow::Next, cost));
+                }
                 let va = self.src_f32(p, f, a, dst, false)?;
                 let vb = self.src_f32(p, f, b, dst, false)?;
                 let vbias = match bias {

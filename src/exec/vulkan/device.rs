@@ -21,6 +21,71 @@ fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) 
     exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
 }
 
+/// Environment variable that turns the cooperative-matrix f16 GEMM off (`0`), to compare.
+pub const COOPMAT_ENV: &str = "ADEADVM_VULKAN_COOPMAT";
+
+/// Whether `pd` can run shaders/coopmat_f16.comp: Vulkan 1.2, subgroups of 32,
+/// VK_NV_cooperative_matrix offering 16x16x16 f16 x f16 + f32 at subgroup scope, and the
+/// features that shader declares (16-bit storage, float16 arithmetic, the memory model). The
+/// NV extension because the shader compiler CI installs has no GL_KHR_cooperative_matrix.
+fn coopmat_f16_support(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    instance_api: u32,
+    pd: vk::PhysicalDevice,
+    info: &DeviceInfo,
+) -> bool {
+    let dev_api = vk::make_api_version(0, info.api_version.0, info.api_version.1, 0);
+    if std::env::var_os(COOPMAT_ENV).is_some_and(|v| v == "0")
+        || instance_api < vk::API_VERSION_1_2
+        || dev_api < vk::API_VERSION_1_2
+        || info.subgroup_size != Some(32)
+        || !has_extension(instance, pd, ash::nv::cooperative_matrix::NAME)
+    {
+        return false;
+    }
+    let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default();
+    let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
+    let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut f2 = vk::PhysicalDeviceFeatures2::default()
+        .push_next(&mut coopmat)
+        .push_next(&mut v11)
+        .push_next(&mut v12);
+    // SAFETY: a 1.2 device on a 1.2 instance; every struct in the chain is core 1.2 or the
+    // extension's (which the device offers), all alive across the call.
+    unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+    if coopmat.cooperative_matrix != vk::TRUE
+        || v11.storage_buffer16_bit_access != vk::TRUE
+        || v12.shader_float16 != vk::TRUE
+        || v12.vulkan_memory_model != vk::TRUE
+    {
+        return false;
+    }
+    let ext = ash::nv::cooperative_matrix::Instance::new(entry, instance);
+    let list = ext.fp().get_physical_device_cooperative_matrix_properties_nv;
+    let mut count = 0u32;
+    // SAFETY: pd is a device of this instance and offers the extension; a null array asks for
+    // the count only.
+    if unsafe { list(pd, &mut count, std::ptr::null_mut()) } != vk::Result::SUCCESS {
+        return false;
+    }
+    let mut shapes = vec![vk::CooperativeMatrixPropertiesNV::default(); count as usize];
+    // SAFETY: `shapes` holds `count` initialized structs (sType set by default()).
+    let filled = unsafe { list(pd, &mut count, shapes.as_mut_ptr()) };
+    if filled != vk::Result::SUCCESS && filled != vk::Result::INCOMPLETE {
+        return false;
+    }
+    shapes.truncate(count as usize);
+    shapes.iter().any(|c| {
+        (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
+            && c.a_type == vk::ComponentTypeNV::FLOAT16
+            && c.b_type == vk::ComponentTypeNV::FLOAT16
+            && c.c_type == vk::ComponentTypeNV::FLOAT32
+            && c.d_type == vk::ComponentTypeNV::FLOAT32
+            && c.scope == vk::ScopeNV::SUBGROUP
+    })
+}
+
 /// What `adeadvm info` shows about one physical device.
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
@@ -226,6 +291,9 @@ pub struct Device {
     pub(crate) queue_family: u32,
     /// Valid bits of the queue's timestamps (0: the queue cannot write timestamps).
     pub(crate) timestamp_bits: u32,
+    /// Whether the fast tier's f16 GEMM runs on cooperative matrices (VK_NV_cooperative_matrix
+    /// with 16x16x16 f16 x f16 + f32 in subgroups of 32, enabled with the features it needs).
+    pub(crate) coopmat_f16: bool,
     /// Set by `ADEADVM_VULKAN_PIPELINE_STATS` on a device with VK_KHR_pipeline_executable_properties:
     /// every pipeline's compiler statistics (registers, spills, ...) go to stderr when it is built.
     pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
@@ -319,13 +387,24 @@ impl Device {
                 chosen.name
             );
         }
-        let extensions = [ash::khr::pipeline_executable_properties::NAME.as_ptr()];
+        let coopmat_f16 = coopmat_f16_support(&entry, instance, api, physical, chosen);
+        let mut extensions = Vec::new();
         let mut exec_props = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(true);
+        let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
+        let mut v11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
+        let mut v12 =
+            vk::PhysicalDeviceVulkan12Features::default().shader_float16(true).vulkan_memory_model(true);
         let mut dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfo);
         if pipeline_stats {
-            dinfo = dinfo.enabled_extension_names(&extensions).push_next(&mut exec_props);
+            extensions.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+            dinfo = dinfo.push_next(&mut exec_props);
         }
+        if coopmat_f16 {
+            extensions.push(ash::nv::cooperative_matrix::NAME.as_ptr());
+            dinfo = dinfo.push_next(&mut coopmat).push_next(&mut v11).push_next(&mut v12);
+        }
+        dinfo = dinfo.enabled_extension_names(&extensions);
         // SAFETY: physical belongs to instance; dinfo and its arrays outlive the call.
         let device =
             unsafe { instance.create_device(physical, &dinfo, None) }.map_err(check("vkCreateDevice"))?;
@@ -373,6 +452,7 @@ impl Device {
                 info: chosen.clone(),
                 queue_family,
                 timestamp_bits: families[queue_family as usize].timestamp_valid_bits,
+                coopmat_f16,
                 pipeline_stats: pipeline_stats
                     .then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device)),
                 device,
@@ -398,6 +478,11 @@ impl Device {
     /// The Vulkan physical device handle (for future capability queries).
     pub fn physical_device(&self) -> vk::PhysicalDevice {
         self.physical
+    }
+
+    /// Whether the fast tier's f16 GEMM can run on cooperative matrices here.
+    pub fn has_coopmat_f16(&self) -> bool {
+        self.coopmat_f16
     }
 
     /// The raw ash device, for code in this module.

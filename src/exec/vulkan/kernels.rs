@@ -36,6 +36,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "layernorm",
     "rmsnorm",
     "reduce",
+    "coopmat_f16",
     "gemm_strict_128x64x16_8x4",
     "gemm_strict_64x64x16_4x4",
     "gemm_strict_64x64x32_4x4",
@@ -47,7 +48,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
 /// Whether shader `name` runs only in the fast tier: it may fuse (FMA) and need not repeat the
 /// CPU's bits, so the strict-arithmetic checks of tests/vulkan.rs skip it.
 pub fn fast_only(name: &str) -> bool {
-    name.starts_with("gemm_fast_")
+    name.starts_with("gemm_fast_") || name == "coopmat_f16"
 }
 
 /// Built pipelines by (shader, specialization constants).

@@ -396,18 +396,7 @@ pub fn matmul_with(
         let kernel = tile.kernel(k, tier)?;
         (kernel, u64::from(tile.bm), u64::from(tile.bn), GEMM_K_SPAN)
     };
-    let flags = u32::from(g.ta)
-        | u32::from(g.tb) << 1
-        | act_code << 2
-        | u32::from(bias.is_some()) << 4
-        | (plan.axes.len() as u32) << 8;
-    let ax = |i: usize| plan.axes.get(i).copied().unwrap_or_default();
-    let mut push = Vec::with_capacity(31);
-    for field in 0..4 {
-        push.extend((0..4).map(|i| ax(i).field(field)));
-    }
-    push.extend([ax(4).dim, ax(5).dim, ax(4).a, ax(5).a, ax(4).b, ax(5).b, ax(4).c, ax(5).c]);
-    push.extend([plan.m, plan.n, plan.k, flags, 0, plan.bias_sm, plan.bias_sn]);
+    let mut push = plan.push_constants(g, act_code, bias.is_some(), 0);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
     let tiles =
@@ -423,6 +412,56 @@ pub fn matmul_with(
             return Ok(());
         }
     }
+}
+
+/// [`matmul`] of f16 operands on cooperative matrices (shaders/coopmat_f16.comp), fast tier:
+/// `a` and `b` hold f16 elements, `dst` f16 (`dst_half`) or f32, the bias f32. Act none or
+/// relu. Only where [`coopmat_f16_runs`] says so.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_coopmat_f16(
+    k: &Kernels,
+    rec: &mut Recorder,
+    g: &MatmulShape,
+    act: Act,
+    dst: &Slice,
+    dst_half: bool,
+    a: &Slice,
+    b: &Slice,
+    bias: Option<(&Slice, &[usize])>,
+) -> Result<(), VulkanError> {
+    if !coopmat_f16_runs(k, act) {
+        return Err(invalid(format!("the cooperative-matrix f16 GEMM cannot run {act:?} on this device")));
+    }
+    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
+    let sized = |what: &str, s: &Slice, bytes: u64| {
+        if s.len == bytes {
+            Ok(())
+        } else {
+            Err(invalid(format!("{what}: a slice of {} bytes where {bytes} were expected", s.len)))
+        }
+    };
+    sized("matmul a (f16)", a, plan.a_elems * 2)?;
+    sized("matmul b (f16)", b, plan.b_elems * 2)?;
+    sized("matmul destination", dst, plan.out_elems * if dst_half { 2 } else { 4 })?;
+    if let Some((s, _)) = bias {
+        check_len("matmul bias", s, plan.bias_elems)?;
+    }
+    if plan.out_elems == 0 {
+        return Ok(());
+    }
+    let act_code = u32::from(act == Act::Relu);
+    let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_half) << 5);
+    let bias_slice = bias.map_or(a, |(s, _)| s);
+    let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
+    let tiles = u64::from(plan.batches) * u64::from(plan.m).div_ceil(128) * u64::from(plan.n).div_ceil(128);
+    let groups = grid(rec, &Tuning::default(), tiles)?;
+    rec.dispatch(&k.get("coopmat_f16")?, &bindings, &push, groups)
+}
+
+/// Whether [`matmul_coopmat_f16`] runs `act` on `k`'s device (the device has the cooperative
+/// matrices; GELU stays with the f32 kernels).
+pub fn coopmat_f16_runs(k: &Kernels, act: Act) -> bool {
+    k.device().has_coopmat_f16() && act != Act::Gelu
 }
 
 /// Whether the strict GEMM may leave flushing its sums to the hardware on this device (the
@@ -518,6 +557,25 @@ struct MatmulPlan {
 }
 
 impl MatmulPlan {
+    /// The push constants of shaders/include/matmul_common.glsl (k_begin 0); `extra_flags` are
+    /// or-ed into the flags word.
+    fn push_constants(&self, g: &MatmulShape, act_code: u32, has_bias: bool, extra_flags: u32) -> Vec<u32> {
+        let flags = u32::from(g.ta)
+            | u32::from(g.tb) << 1
+            | act_code << 2
+            | u32::from(has_bias) << 4
+            | extra_flags
+            | (self.axes.len() as u32) << 8;
+        let ax = |i: usize| self.axes.get(i).copied().unwrap_or_default();
+        let mut push = Vec::with_capacity(31);
+        for field in 0..4 {
+            push.extend((0..4).map(|i| ax(i).field(field)));
+        }
+        push.extend([ax(4).dim, ax(5).dim, ax(4).a, ax(5).a, ax(4).b, ax(5).b, ax(4).c, ax(5).c]);
+        push.extend([self.m, self.n, self.k, flags, 0, self.bias_sm, self.bias_sn]);
+        push
+    }
+
     fn new(g: &MatmulShape, bias: Option<&[usize]>) -> Result<MatmulPlan, VulkanError> {
         let shapes = format!("a {:?}, b {:?}, output {:?}", g.a, g.b, g.out);
         let (ra, rb, r) = (g.a.len(), g.b.len(), g.out.len());
