@@ -12,7 +12,7 @@ mod common;
 use adeadvm::exec::cpu::reference::{self as r, Binary, Unary};
 use adeadvm::exec::vulkan::ops::data;
 use adeadvm::exec::vulkan::{Recorder, Slice, VulkanError, VulkanExec};
-use adeadvm::isa::{DType, Dist};
+use adeadvm::isa::{DType, Dist, Tier};
 use adeadvm::vm::HostTensor;
 use common::vk::{exec, BINARY, UNARY};
 use proptest::prelude::*;
@@ -175,7 +175,7 @@ proptest! {
     fn unary_matches_reference(op in select(&UNARY[..]), x in prop::collection::vec(f32_value(), 0..700)) {
         let Some(ex) = exec() else { return Ok(()) };
         let n = x.len();
-        let got = run(ex, &[&bits(&x)], n, |k, rec, out, ins| data::unary(k, rec, op, out, &ins[0], n));
+        let got = run(ex, &[&bits(&x)], n, |k, rec, out, ins| data::unary(k, rec, op, Tier::Strict, out, &ins[0], n));
         let mut want = vec![0.0f32; n];
         r::unary(op, &x, &mut want);
         same(&format!("{op:?}"), &bits(&want), &got);
@@ -639,7 +639,7 @@ fn bad_arguments_are_clear_errors_and_empty_outputs_record_nothing() {
         msg(e),
         "invalid Vulkan dispatch: the destination holds 16 32-bit words; the operation needs 17"
     );
-    let e = data::unary(k, &mut rec, Unary::Exp, &s, &s, 20).unwrap_err();
+    let e = data::unary(k, &mut rec, Unary::Exp, Tier::Strict, &s, &s, 20).unwrap_err();
     assert!(msg(e).contains("needs 20"));
     let e = data::strided_copy(k, &mut rec, &s, 0, &[1, 1], &s, 0, &[1], &[2, 2]).unwrap_err();
     assert_eq!(
@@ -666,7 +666,7 @@ fn bad_arguments_are_clear_errors_and_empty_outputs_record_nothing() {
         "invalid Vulkan dispatch: the word count = 8589934592 does not fit the kernels' 32-bit indices"
     );
     // Empty outputs: nothing recorded.
-    data::unary(k, &mut rec, Unary::Exp, &s, &s, 0).unwrap();
+    data::unary(k, &mut rec, Unary::Exp, Tier::Strict, &s, &s, 0).unwrap();
     data::unary_i32(k, &mut rec, true, &s, &s, 0).unwrap();
     data::binary(k, &mut rec, Binary::Add, &s, &s, &[0, 3], &s, &[3], &[0, 3]).unwrap();
     data::binary_i32(k, &mut rec, Binary::Mul, &s, &s, &[1], &s, &[0], &[0]).unwrap();
@@ -679,4 +679,47 @@ fn bad_arguments_are_clear_errors_and_empty_outputs_record_nothing() {
     data::strided_copy(k, &mut rec, &s, 0, &[1, 1], &s, 0, &[1, 1], &[3, 0]).unwrap();
     data::gather(k, &mut rec, &s, &s, 4, 4, &s, 0, &s, 0).unwrap();
     assert!(!rec.has_work(), "an empty operation recorded work");
+}
+
+/// The fast tier's UNARY ops on the device's own math (shaders/unary_fast.comp): within the
+/// error Vulkan allows those built-ins (exp: 3 + 2|x| ulp; the others a few ulp, loosely bound
+/// here) of the float64 result, over vec4 bodies and tails, and the same bits on a second run.
+#[test]
+fn fast_unary_uses_device_math_within_its_error() {
+    let Some(ex) = exec() else { return };
+    let n = 4099;
+    let spread = |lo: f64, hi: f64| -> Vec<f32> {
+        (0..n).map(|i| (lo + (hi - lo) * ((i as f64 * 0.618_034) % 1.0)) as f32).collect()
+    };
+    let cases: [(Unary, Vec<f32>, fn(f64) -> f64); 6] = [
+        (Unary::Exp, spread(-80.0, 80.0), f64::exp),
+        (Unary::Log, spread(1e-30, 1e30), f64::ln),
+        (Unary::Sqrt, spread(0.0, 1e20), f64::sqrt),
+        (Unary::Rsqrt, spread(1e-20, 1e20), |x| 1.0 / x.sqrt()),
+        (Unary::Sigmoid, spread(-30.0, 30.0), |x| 1.0 / (1.0 + (-x).exp())),
+        (Unary::Tanh, spread(-10.0, 10.0), f64::tanh),
+    ];
+    for (op, x, exact) in cases {
+        let go = || {
+            run(ex, &[&bits(&x)], n, |k, rec, out, ins| data::unary(k, rec, op, Tier::Fast, out, &ins[0], n))
+        };
+        let got = go();
+        assert_eq!(got, go(), "{op:?}: not repeatable");
+        for (i, (&v, &g)) in x.iter().zip(&got).enumerate() {
+            let want = exact(f64::from(v));
+            let g = f64::from(f32::from_bits(g));
+            let ulp = (want.abs() as f32).max(f32::MIN_POSITIVE);
+            let ulp = f64::from(f32::from_bits(ulp.to_bits() + 1) - ulp);
+            let allowed = match op {
+                Unary::Exp => 3.0 + 2.0 * f64::from(v).abs(),
+                Unary::Sigmoid => 8.0 + 2.0 * f64::from(v).abs(),
+                _ => 8.0,
+            } * ulp
+                + if matches!(op, Unary::Log | Unary::Tanh) { 1e-6 } else { 0.0 };
+            assert!(
+                (g - want).abs() <= allowed,
+                "{op:?}({v}) at {i}: {g} where float64 gives {want} (allowed {allowed})"
+            );
+        }
+    }
 }

@@ -817,7 +817,9 @@ impl Vm {
                 cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
                 let n = n_of(f, dst) as usize;
                 let s = self.src_f32(p, f, a, dst, true)?;
-                self.with_dst_f32(f, p, dst, |g, d| data::unary(g.exec.kernels(), &mut g.rec, op, d, &s, n))?;
+                self.with_dst_f32(f, p, dst, |g, d| {
+                    data::unary(g.exec.kernels(), &mut g.rec, op, p.tier, d, &s, n)
+                })?;
             }
             Insn::Add { dst, a, b }
             | Insn::Sub { dst, a, b }

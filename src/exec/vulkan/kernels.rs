@@ -19,6 +19,7 @@ macro_rules! embed {
 /// (name, SPIR-V bytes) of every embedded shader; `shaders/<name>.comp` is its source.
 pub const SHADERS: &[(&str, &[u8])] = embed![
     "unary",
+    "unary_fast",
     "binary",
     "binary_scalar",
     "binary_i32",
@@ -48,7 +49,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
 /// Whether shader `name` runs only in the fast tier: it may fuse (FMA) and need not repeat the
 /// CPU's bits, so the strict-arithmetic checks of tests/vulkan.rs skip it.
 pub fn fast_only(name: &str) -> bool {
-    name.starts_with("gemm_fast_") || name == "coopmat_f16"
+    name.starts_with("gemm_fast_") || name == "coopmat_f16" || name == "unary_fast"
 }
 
 /// Built pipelines by (shader, specialization constants).

@@ -19,7 +19,7 @@ use crate::exec::vulkan::{
     binary_op_code, groups_for, unary_op_code, Binding, Kernel, Kernels, Recorder, Slice, VulkanError,
     LOCAL_SIZE,
 };
-use crate::isa::{DType, Dist};
+use crate::isa::{DType, Dist, Tier};
 
 /// Most axes a strided or broadcasting kernel takes (its push constants hold 8 per operand).
 pub const MAX_RANK: usize = 8;
@@ -123,11 +123,13 @@ fn last_offset(offset: usize, shape: &[usize], strides: &[usize]) -> Option<u64>
 
 /// `dst = op(x)` over `n` f32 elements (UNARY opcodes: NEG, ABS, SQRT, RSQRT, EXP, LOG, RELU,
 /// SIGMOID, TANH, GELU), each element `reference::Unary::apply` — the strict functions of
-/// `numerics` repeated in shaders/include/strict.glsl.
+/// `numerics` repeated in shaders/include/strict.glsl — or, in the fast tier, the device's own
+/// exp, log, sqrt, inversesqrt and tanh for the ops built on them (shaders/unary_fast.comp).
 pub fn unary(
     k: &Kernels,
     rec: &mut Recorder,
     op: Unary,
+    tier: Tier,
     dst: &Slice,
     x: &Slice,
     n: usize,
@@ -138,9 +140,13 @@ pub fn unary(
     let n32 = to_u32(n as u64, "the element count")?;
     fits(dst, "the destination", n as u64)?;
     fits(x, "the source", n as u64)?;
-    // One pipeline per op (its code as specialization constant 0; see shaders/unary.comp).
+    // One pipeline per op (its code as specialization constant 0; see shaders/unary.comp); the
+    // fast tier takes the device's own math where shaders/unary_fast.comp has it.
     let code = unary_op_code(op);
-    let kernel = k.specialized("unary", &[code])?;
+    let vendor =
+        matches!(op, Unary::Sqrt | Unary::Rsqrt | Unary::Exp | Unary::Log | Unary::Sigmoid | Unary::Tanh);
+    let name = if tier == Tier::Fast && vendor { "unary_fast" } else { "unary" };
+    let kernel = k.specialized(name, &[code])?;
     let groups = groups_for(rec.device(), n as u64, LOCAL_SIZE);
     rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(x)], &[n32, code, 0], groups)
 }
