@@ -691,7 +691,8 @@ fn fast_unary_uses_device_math_within_its_error() {
     let spread = |lo: f64, hi: f64| -> Vec<f32> {
         (0..n).map(|i| (lo + (hi - lo) * ((i as f64 * 0.618_034) % 1.0)) as f32).collect()
     };
-    let cases: [(Unary, Vec<f32>, fn(f64) -> f64); 6] = [
+    type Exact = fn(f64) -> f64;
+    let cases: [(Unary, Vec<f32>, Exact); 6] = [
         (Unary::Exp, spread(-80.0, 80.0), f64::exp),
         (Unary::Log, spread(1e-30, 1e30), f64::ln),
         (Unary::Sqrt, spread(0.0, 1e20), f64::sqrt),
