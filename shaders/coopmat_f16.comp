@@ -58,8 +58,12 @@ layout(set = 0, binding = 2) readonly buffer B8 { uvec4 b8[]; };
 layout(set = 0, binding = 1) readonly buffer A16 { float16_t a16[]; };
 layout(set = 0, binding = 2) readonly buffer B16 { float16_t b16[]; };
 
-shared uvec4 As[STAGE / 8u]; // 8 halves an element: coopMatLoadNV reads them as f16
-shared uvec4 Bs[STAGE / 8u];
+#ifndef CM_STAGES
+#define CM_STAGES 2
+#endif
+const uint STAGE8 = STAGE / 8u;     // uvec4s per staged operand
+shared uvec4 As[CM_STAGES * STAGE8]; // 8 halves an element: coopMatLoadNV reads them as f16
+shared uvec4 Bs[CM_STAGES * STAGE8];
 shared float Cs[(WG / 32u) * 256u]; // one 16x16 accumulator tile per subgroup, for the epilogue
 
 uint M, N, K, row0, col0, aoff, boff;
@@ -111,10 +115,10 @@ uint stage_at(uint l, bool k_contiguous) {
                         : ((idx / 16u) * PITCH_MN + (idx % 16u) * 8u) / 8u;
 }
 
-void store_chunk() {
+void store_chunk(uint buf) {
     [[unroll]] for (uint l = 0u; l < LOADS; l++) {
-        As[stage_at(l, !ta)] = ra[l];
-        Bs[stage_at(l, tb)] = rb[l];
+        As[buf * STAGE8 + stage_at(l, !ta)] = ra[l];
+        Bs[buf * STAGE8 + stage_at(l, tb)] = rb[l];
     }
 }
 
@@ -160,29 +164,44 @@ void main() {
     }
 
     load_chunk(0u);
+#if CM_STAGES == 2
+    // Two shared buffers: chunk j multiplies from buffer j % 2 while chunk j + 1's global loads
+    // are in flight, then go to the other buffer; one barrier a chunk.
+    store_chunk(0u);
+    barrier();
+    uint buf = 0u;
     for (uint k0 = 0u; k0 < K; k0 += BK) {
-        store_chunk();
+        bool more = k0 + BK < K;
+        if (more) {
+            load_chunk(k0 + BK);
+        }
+        uint base = buf * STAGE8;
+#else
+    for (uint k0 = 0u; k0 < K; k0 += BK) {
+        store_chunk(0u);
         barrier();
         if (k0 + BK < K) {
             load_chunk(k0 + BK); // in flight while this chunk multiplies
         }
+        const uint base = 0u;
+#endif
         [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
             fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa[FM];
             fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fb[FN];
             [[unroll]] for (uint i = 0u; i < FM; i++) {
                 uint r = wm + i * 16u;
                 if (!ta) {
-                    coopMatLoadNV(fa[i], As, (r * PITCH_K + kk) / 8u, PITCH_K / 8u, false);
+                    coopMatLoadNV(fa[i], As, base + (r * PITCH_K + kk) / 8u, PITCH_K / 8u, false);
                 } else {
-                    coopMatLoadNV(fa[i], As, (kk * PITCH_MN + r) / 8u, PITCH_MN / 8u, true);
+                    coopMatLoadNV(fa[i], As, base + (kk * PITCH_MN + r) / 8u, PITCH_MN / 8u, true);
                 }
             }
             [[unroll]] for (uint j = 0u; j < FN; j++) {
                 uint c = wn + j * 16u;
                 if (!tb) {
-                    coopMatLoadNV(fb[j], Bs, (kk * PITCH_MN + c) / 8u, PITCH_MN / 8u, false);
+                    coopMatLoadNV(fb[j], Bs, base + (kk * PITCH_MN + c) / 8u, PITCH_MN / 8u, false);
                 } else {
-                    coopMatLoadNV(fb[j], Bs, (c * PITCH_K + kk) / 8u, PITCH_K / 8u, true);
+                    coopMatLoadNV(fb[j], Bs, base + (c * PITCH_K + kk) / 8u, PITCH_K / 8u, true);
                 }
             }
             [[unroll]] for (uint i = 0u; i < FM; i++) {
@@ -191,7 +210,13 @@ void main() {
                 }
             }
         }
-        barrier(); // every subgroup is done reading before the next chunk is stored
+#if CM_STAGES == 2
+        if (more) {
+            store_chunk(buf ^ 1u);
+        }
+        buf ^= 1u;
+#endif
+        barrier(); // the next chunk is staged, and every subgroup is done reading this one
     }
 
     // Epilogue, one accumulator tile at a time through this subgroup's 16x16 of Cs: lane l
