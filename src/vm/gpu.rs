@@ -256,6 +256,11 @@ impl Gpu {
         Ok(self.rec.timestamp()?)
     }
 
+    /// Host time spent in submissions and waits for the GPU since the recorder was made.
+    pub(super) fn waited(&self) -> Duration {
+        self.rec.waited()
+    }
+
     /// GPU time between two timestamps of the batch flushed last.
     pub(super) fn gpu_time(&self, from: Timestamp, to: Timestamp) -> Option<Duration> {
         self.rec.elapsed(from, to)

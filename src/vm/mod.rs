@@ -139,6 +139,9 @@ pub struct RunStats {
     pub arena_bytes: u64,
     /// Instructions that ran in batches of independent instructions at the same time.
     pub concurrent: u64,
+    /// Of `elapsed`, the time the host spent in queue submissions and waiting for the GPU
+    /// (zero without a device): `elapsed - gpu_wait` is the host's own work.
+    pub gpu_wait: Duration,
 }
 
 /// Where a tensor's bytes live during a run.
@@ -342,6 +345,7 @@ impl Vm {
     /// Runs the program once, reporting every step to `observer`.
     pub fn run_observed(&mut self, observer: &mut dyn Observer) -> Result<RunStats, VmError> {
         let start = Instant::now();
+        let waited0 = self.gpu.as_ref().map_or(Duration::ZERO, |g| g.waited());
         // Strict kernels rely on flush-to-zero mode (see exec::cpu::fpenv); restored on return.
         let _ftz = FtzGuard::new();
         let program = self.program.clone();
@@ -490,7 +494,8 @@ impl Vm {
             }
         }
         self.gpu_finish(p)?;
-        Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes, concurrent })
+        let gpu_wait = self.gpu.as_ref().map_or(Duration::ZERO, |g| g.waited().saturating_sub(waited0));
+        Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes, concurrent, gpu_wait })
     }
 
     fn bytes_of(&self, loc: &Loc) -> &[u8] {

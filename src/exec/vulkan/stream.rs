@@ -133,6 +133,8 @@ pub struct Recorder {
     timeout: Duration,
     /// Barriers recorded (for tests and the profiler).
     barriers: u64,
+    /// Host time spent in submissions and fence waits.
+    waited: Duration,
     /// Once a submission fails the recorder refuses further work (objects may still be in use).
     poisoned: Option<String>,
     /// Timestamp queries (created on first use), written this batch, and the last batch's
@@ -175,6 +177,7 @@ impl Recorder {
             has_downloads: false,
             timeout: gpu_timeout(),
             barriers: 0,
+            waited: Duration::ZERO,
             poisoned: None,
             queries: vk::QueryPool::null(),
             queries_used: 0,
@@ -210,6 +213,11 @@ impl Recorder {
     /// Barriers recorded since this recorder was made.
     pub fn barriers(&self) -> u64 {
         self.barriers
+    }
+
+    /// Host time spent in queue submissions and fence waits since this recorder was made.
+    pub fn waited(&self) -> Duration {
+        self.waited
     }
 
     /// Whether work is recorded and not yet submitted.
@@ -571,7 +579,9 @@ impl Recorder {
                 )
             };
         }
+        let t0 = std::time::Instant::now();
         let result = self.submit_and_wait();
+        self.waited += t0.elapsed();
         if let Err(e) = &result {
             // The command buffer and held buffers may still be in use by a device that failed:
             // keep them (leak rather than free under the GPU) and refuse further work.
