@@ -14,6 +14,15 @@ pub const LIBRARY_ENV: &str = "ADEADVM_VULKAN_LIBRARY";
 /// Environment variable that makes every pipeline print its compiler statistics (a tuning aid).
 pub const PIPELINE_STATS_ENV: &str = "ADEADVM_VULKAN_PIPELINE_STATS";
 
+/// Environment variable that, set to `0`, keeps the device from using VK_KHR_push_descriptor:
+/// every dispatch then allocates and writes a descriptor set from a pool (the fallback path
+/// of devices without the extension).
+pub const PUSH_DESCRIPTORS_ENV: &str = "ADEADVM_VULKAN_PUSH_DESCRIPTORS";
+
+/// Descriptors one push may set: VK_KHR_push_descriptor guarantees maxPushDescriptors >= 32;
+/// a kernel with more bindings uses a descriptor set from a pool.
+pub(crate) const MIN_MAX_PUSH_DESCRIPTORS: usize = 32;
+
 /// Whether `pd` offers device extension `name`.
 fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
     // SAFETY: pd is a physical device of this live instance.
@@ -229,6 +238,9 @@ pub struct Device {
     /// Set by `ADEADVM_VULKAN_PIPELINE_STATS` on a device with VK_KHR_pipeline_executable_properties:
     /// every pipeline's compiler statistics (registers, spills, ...) go to stderr when it is built.
     pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    /// VK_KHR_push_descriptor where the device has it (and `PUSH_DESCRIPTORS_ENV` is not `0`):
+    /// dispatches push their bindings instead of allocating descriptor sets.
+    pub(crate) push_descriptor: Option<ash::khr::push_descriptor::Device>,
     pub(crate) device: ash::Device,
     /// The compute queue; vkQueueSubmit needs external synchronization.
     pub(crate) queue: Mutex<vk::Queue>,
@@ -250,11 +262,21 @@ impl Device {
     /// Opens the best device: `ADEADVM_VULKAN_DEVICE=<index>` when set, otherwise the first
     /// discrete GPU, then integrated, virtual, CPU, among devices with a compute queue.
     pub fn open() -> Result<Device, VulkanError> {
+        let push = std::env::var_os(PUSH_DESCRIPTORS_ENV).is_none_or(|v| v != "0");
+        Self::open_with(push)
+    }
+
+    /// As [`Device::open`], never using VK_KHR_push_descriptor (tests of the fallback path).
+    pub fn open_without_push_descriptors() -> Result<Device, VulkanError> {
+        Self::open_with(false)
+    }
+
+    fn open_with(push_descriptors: bool) -> Result<Device, VulkanError> {
         let entry = load_entry()?;
         let (instance, api) = create_instance(&entry)?;
         // open_on takes a clone: on failure the library must stay loaded until the instance is
         // destroyed below (the clone shares the loaded library).
-        match Self::open_on(entry.clone(), &instance, api) {
+        match Self::open_on(entry.clone(), &instance, api, push_descriptors) {
             Ok(d) => Ok(d),
             Err(e) => {
                 // SAFETY: open_on destroyed everything it created from the instance before failing;
@@ -266,7 +288,12 @@ impl Device {
         }
     }
 
-    fn open_on(entry: ash::Entry, instance: &ash::Instance, api: u32) -> Result<Device, VulkanError> {
+    fn open_on(
+        entry: ash::Entry,
+        instance: &ash::Instance,
+        api: u32,
+        push_descriptors: bool,
+    ) -> Result<Device, VulkanError> {
         // SAFETY: instance is live.
         let pds =
             unsafe { instance.enumerate_physical_devices() }.map_err(check("vkEnumeratePhysicalDevices"))?;
@@ -319,12 +346,23 @@ impl Device {
                 chosen.name
             );
         }
-        let extensions = [ash::khr::pipeline_executable_properties::NAME.as_ptr()];
+        let push_descriptors =
+            push_descriptors && has_extension(instance, physical, ash::khr::push_descriptor::NAME);
+        let mut extensions = Vec::new();
+        if pipeline_stats {
+            extensions.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
+        if push_descriptors {
+            extensions.push(ash::khr::push_descriptor::NAME.as_ptr());
+        }
         let mut exec_props = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(true);
         let mut dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfo);
+        if !extensions.is_empty() {
+            dinfo = dinfo.enabled_extension_names(&extensions);
+        }
         if pipeline_stats {
-            dinfo = dinfo.enabled_extension_names(&extensions).push_next(&mut exec_props);
+            dinfo = dinfo.push_next(&mut exec_props);
         }
         // SAFETY: physical belongs to instance; dinfo and its arrays outlive the call.
         let device =
@@ -375,6 +413,8 @@ impl Device {
                 timestamp_bits: families[queue_family as usize].timestamp_valid_bits,
                 pipeline_stats: pipeline_stats
                     .then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device)),
+                push_descriptor: push_descriptors
+                    .then(|| ash::khr::push_descriptor::Device::new(instance, &device)),
                 device,
                 queue: Mutex::new(queue),
                 command_pool: Mutex::new(command_pool),
@@ -398,6 +438,12 @@ impl Device {
     /// The Vulkan physical device handle (for future capability queries).
     pub fn physical_device(&self) -> vk::PhysicalDevice {
         self.physical
+    }
+
+    /// Whether dispatches push their bindings (VK_KHR_push_descriptor) rather than allocate
+    /// descriptor sets.
+    pub fn uses_push_descriptors(&self) -> bool {
+        self.push_descriptor.is_some()
     }
 
     /// The raw ash device, for code in this module.
