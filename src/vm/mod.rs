@@ -440,7 +440,7 @@ impl Vm {
             let mut gpu_elapsed = None;
             let (next, cost) = if plain {
                 self.exec(p, &mut frame, pc, &ins.insn)?
-            } else if self.on_gpu(&frame, ins) {
+            } else if self.on_gpu(&frame, ins, self.writes[pc]) {
                 // Timing brackets the instruction's commands with GPU timestamps.
                 let begin = if wants.timing { self.gpu_timestamp()? } else { None };
                 let r = self.exec_gpu(p, &mut frame, pc, &ins.insn)?;
