@@ -1,7 +1,8 @@
 //! The VM's Vulkan path: a device arena laid out by the same memory plan as the host arena,
 //! constants uploaded once per VM, inputs once per binding, and every tensor instruction
-//! recorded into a [`Recorder`] batch that is submitted at GPU_SYNC, when the host needs a
-//! result (STORE, an observer, a CPU instruction in `auto` placement), or at the batch limit.
+//! recorded into a [`Recorder`], which submits full sub-batches on its own while recording goes
+//! on; the VM waits for the GPU at GPU_SYNC and when the host needs a result (STORE, an
+//! observer, a CPU instruction in `auto` placement).
 //!
 //! Invariants:
 //! - Each temporary has one [`Valid`] state: which copy (host arena, device arena or both) holds
