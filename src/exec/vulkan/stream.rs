@@ -6,7 +6,7 @@
 //! Pipelined submission: the work between two flushes is split into sub-batches. Once the
 //! command buffer being recorded holds `submit_at` commands ([`SUBMIT_FIRST`] for a flush's
 //! first sub-batch, doubling with each submission up to [`SUBMIT_MAX`]) it is submitted without
-//! waiting, and recording goes on in the next [`Slot`] of a small ring (each with its own
+//! waiting, and recording goes on in the next slot of a small ring (each with its own
 //! command pool, fence, descriptor pool and held resources), so the GPU runs one sub-batch
 //! while the host records the next. Submissions to one queue start in submission order and a
 //! pipeline barrier covers every command submitted before it, so the accesses since the last
