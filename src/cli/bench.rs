@@ -187,10 +187,13 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     vm.run()?;
     let mut samples = Vec::with_capacity(a.iters);
     let mut gpu_samples = Vec::with_capacity(a.iters);
+    // Per instruction, the host's own time (wall less submissions and GPU waits).
+    let mut host_samples = Vec::with_capacity(a.iters);
     for _ in 0..a.iters {
         if index == usize::MAX {
             let stats = vm.run()?;
             samples.push(stats.elapsed / stats.steps.max(1) as u32);
+            host_samples.push(stats.elapsed.saturating_sub(stats.gpu_wait) / stats.steps.max(1) as u32);
         } else {
             let mut timer = TimeOf { index, times: Vec::new(), gpu_times: Vec::new() };
             vm.run_observed(&mut timer)?;
@@ -207,12 +210,14 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // time adds one submit and fence wait.
     let gpu = if gpu_samples.len() == samples.len() { median_of(&mut gpu_samples) } else { None };
     let median = gpu.unwrap_or(wall);
+    let host = median_of(&mut host_samples);
     let name =
         a.kernel.to_possible_value().map_or_else(|| format!("{:?}", a.kernel), |v| v.get_name().to_string());
     let level = vm.simd_level().name();
     if a.json {
+        let host = host.map_or(String::new(), |h| format!(",\"host_seconds\":{h:e}"));
         println!(
-            "{{\"kernel\":\"{name}\",\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
+            "{{\"kernel\":\"{name}\",\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e}{host},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
             a.tier,
             a.backend,
             if gpu.is_some() { "gpu" } else { "wall" },
@@ -231,9 +236,12 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     } else {
         format!("{:.3} ms", median * 1e3)
     };
-    let timed_by = match gpu {
-        Some(_) => format!("GPU timestamps; {:.3} ms wall with submit and wait", wall * 1e3),
-        None => "wall".into(),
+    let timed_by = match (gpu, host) {
+        (Some(_), _) => format!("GPU timestamps; {:.3} ms wall with submit and wait", wall * 1e3),
+        (None, Some(h)) if a.backend != "cpu" => {
+            format!("wall; the host's own share {:.0} ns, the rest submitting and waiting", h * 1e9)
+        }
+        _ => "wall".into(),
     };
     println!(
         "{name} {n}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {}, {timed_by})",

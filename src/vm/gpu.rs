@@ -1,7 +1,8 @@
 //! The VM's Vulkan path: a device arena laid out by the same memory plan as the host arena,
 //! constants uploaded once per VM, inputs once per binding, and every tensor instruction
-//! recorded into a [`Recorder`] batch that is submitted at GPU_SYNC, when the host needs a
-//! result (STORE, an observer, a CPU instruction in `auto` placement), or at the batch limit.
+//! recorded into a [`Recorder`], which submits full sub-batches on its own while recording goes
+//! on; the VM waits for the GPU at GPU_SYNC and when the host needs a result (STORE, an
+//! observer, a CPU instruction in `auto` placement).
 //!
 //! Invariants:
 //! - Each temporary has one [`Valid`] state: which copy (host arena, device arena or both) holds
@@ -256,6 +257,11 @@ impl Gpu {
         Ok(self.rec.timestamp()?)
     }
 
+    /// Host time spent in submissions and waits for the GPU since the recorder was made.
+    pub(super) fn waited(&self) -> Duration {
+        self.rec.waited()
+    }
+
     /// GPU time between two timestamps of the batch flushed last.
     pub(super) fn gpu_time(&self, from: Timestamp, to: Timestamp) -> Option<Duration> {
         self.rec.elapsed(from, to)
@@ -337,21 +343,22 @@ impl Vm {
     /// one: KERNEL and GPU_SYNC always; STORE where its data is; otherwise the instruction's
     /// `@cpu`/`@gpu` hint, else the backend (`vulkan`: all; `auto`: by size and where the
     /// sources are, see [`AUTO_MIN_WORK`]).
-    pub(super) fn on_gpu(&self, f: &Frame, ins: &Instruction) -> bool {
+    /// `writes` is `ins.insn.writes()`, decoded once per program (decoding allocates).
+    pub(super) fn on_gpu(&self, f: &Frame, ins: &Instruction, writes: Option<TensorId>) -> bool {
         let Some(g) = &self.gpu else { return false };
         let insn = &ins.insn;
         match insn {
             Insn::Kernel { .. } | Insn::GpuSync => return true,
             Insn::Store { src, .. } => return g.valid[src.0 as usize] == Valid::Device,
             Insn::Alloc { .. } => return false,
-            _ if insn.writes().is_none() => return false,
+            _ if writes.is_none() => return false,
             _ => {}
         }
         match (ins.placement, g.backend) {
             (Hint::Cpu, _) => false,
             (Hint::Gpu, _) | (Hint::Auto, Backend::Vulkan) => true,
             _ => {
-                let dst = insn.writes().map_or(0, |t| f.counts[t.0 as usize]);
+                let dst = writes.map_or(0, |t| f.counts[t.0 as usize]);
                 let work = match insn {
                     Insn::Matmul { a, ta, .. } => {
                         let s = &f.shapes[a.0 as usize];
@@ -828,19 +835,21 @@ impl Vm {
             | Insn::Max { dst, a, b }
             | Insn::Min { dst, a, b } => {
                 let op = binary_of(insn.opcode());
-                let (sa, sb, so) = (shape(f, a), shape(f, b), shape(f, dst));
+                // Borrowed, not cloned: the commonest instructions record without allocating.
+                let (sa, sb, so) =
+                    (&f.shapes[a.0 as usize], &f.shapes[b.0 as usize], &f.shapes[dst.0 as usize]);
                 cost = (n_of(f, dst), (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
                 if dt(dst) == DType::I32 {
                     let va = self.src(p, f, a)?;
                     let vb = self.src(p, f, b)?;
                     let d = self.dst(f, dst)?;
                     let g = self.gpu_mut();
-                    data::binary_i32(g.exec.kernels(), &mut g.rec, op, &d, &va, &sa, &vb, &sb, &so)?;
+                    data::binary_i32(g.exec.kernels(), &mut g.rec, op, &d, &va, sa, &vb, sb, so)?;
                 } else {
                     let va = self.src_f32(p, f, a, dst, true)?;
                     let vb = self.src_f32(p, f, b, dst, true)?;
                     self.with_dst_f32(f, p, dst, |g, d| {
-                        data::binary(g.exec.kernels(), &mut g.rec, op, d, &va, &sa, &vb, &sb, &so)
+                        data::binary(g.exec.kernels(), &mut g.rec, op, d, &va, sa, &vb, sb, so)
                     })?;
                 }
             }
@@ -968,7 +977,8 @@ impl Vm {
             }
             Insn::Kernel { k } => {
                 let decl = &p.kernels[k.0 as usize];
-                let info = self.program.kernel(k).clone();
+                let program = self.program.clone();
+                let info = program.kernel(k);
                 let mut bindings = Vec::with_capacity(decl.bindings.len());
                 for (&t, &w) in decl.bindings.iter().zip(&info.written) {
                     bindings.push(if w {
@@ -978,16 +988,21 @@ impl Vm {
                     });
                 }
                 let kernel = self.user_kernel(p, k.0 as usize)?;
-                let push: Vec<u32> = decl
-                    .push
-                    .chunks(4)
-                    .map(|c| {
-                        let mut w = [0u8; 4];
-                        w[..c.len()].copy_from_slice(c);
-                        u32::from_le_bytes(w)
-                    })
-                    .collect();
-                self.gpu_mut().rec.dispatch(&kernel, &bindings, &push, decl.groups)?;
+                // The push-constant words: on the stack up to 256 bytes (the most devices allow).
+                let words = decl.push.len().div_ceil(4);
+                let (mut inline, mut heap) = ([0u32; 64], Vec::new());
+                let push: &mut [u32] = if words <= inline.len() {
+                    &mut inline[..words]
+                } else {
+                    heap.resize(words, 0);
+                    &mut heap
+                };
+                for (w, c) in push.iter_mut().zip(decl.push.chunks(4)) {
+                    let mut b = [0u8; 4];
+                    b[..c.len()].copy_from_slice(c);
+                    *w = u32::from_le_bytes(b);
+                }
+                self.gpu_mut().rec.dispatch(&kernel, &bindings, push, decl.groups)?;
             }
             Insn::GpuSync => self.gpu_sync(p)?,
             _ => unreachable!("control instructions run on the host"),

@@ -139,6 +139,9 @@ pub struct RunStats {
     pub arena_bytes: u64,
     /// Instructions that ran in batches of independent instructions at the same time.
     pub concurrent: u64,
+    /// Of `elapsed`, the time the host spent in queue submissions and waiting for the GPU
+    /// (zero without a device): `elapsed - gpu_wait` is the host's own work.
+    pub gpu_wait: Duration,
 }
 
 /// Where a tensor's bytes live during a run.
@@ -342,6 +345,7 @@ impl Vm {
     /// Runs the program once, reporting every step to `observer`.
     pub fn run_observed(&mut self, observer: &mut dyn Observer) -> Result<RunStats, VmError> {
         let start = Instant::now();
+        let waited0 = self.gpu.as_ref().map_or(Duration::ZERO, |g| g.waited());
         // Strict kernels rely on flush-to-zero mode (see exec::cpu::fpenv); restored on return.
         let _ftz = FtzGuard::new();
         let program = self.program.clone();
@@ -436,7 +440,7 @@ impl Vm {
             let mut gpu_elapsed = None;
             let (next, cost) = if plain {
                 self.exec(p, &mut frame, pc, &ins.insn)?
-            } else if self.on_gpu(&frame, ins) {
+            } else if self.on_gpu(&frame, ins, self.writes[pc]) {
                 // Timing brackets the instruction's commands with GPU timestamps.
                 let begin = if wants.timing { self.gpu_timestamp()? } else { None };
                 let r = self.exec_gpu(p, &mut frame, pc, &ins.insn)?;
@@ -490,7 +494,8 @@ impl Vm {
             }
         }
         self.gpu_finish(p)?;
-        Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes, concurrent })
+        let gpu_wait = self.gpu.as_ref().map_or(Duration::ZERO, |g| g.waited().saturating_sub(waited0));
+        Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes, concurrent, gpu_wait })
     }
 
     fn bytes_of(&self, loc: &Loc) -> &[u8] {

@@ -14,6 +14,15 @@ pub const LIBRARY_ENV: &str = "ADEADVM_VULKAN_LIBRARY";
 /// Environment variable that makes every pipeline print its compiler statistics (a tuning aid).
 pub const PIPELINE_STATS_ENV: &str = "ADEADVM_VULKAN_PIPELINE_STATS";
 
+/// Environment variable that, set to `0`, keeps the device from using VK_KHR_push_descriptor:
+/// every dispatch then allocates and writes a descriptor set from a pool (the fallback path
+/// of devices without the extension).
+pub const PUSH_DESCRIPTORS_ENV: &str = "ADEADVM_VULKAN_PUSH_DESCRIPTORS";
+
+/// Descriptors one push may set: VK_KHR_push_descriptor guarantees maxPushDescriptors >= 32;
+/// a kernel with more bindings uses a descriptor set from a pool.
+pub(crate) const MIN_MAX_PUSH_DESCRIPTORS: usize = 32;
+
 /// Whether `pd` offers device extension `name`.
 fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
     // SAFETY: pd is a physical device of this live instance.
@@ -297,6 +306,9 @@ pub struct Device {
     /// Set by `ADEADVM_VULKAN_PIPELINE_STATS` on a device with VK_KHR_pipeline_executable_properties:
     /// every pipeline's compiler statistics (registers, spills, ...) go to stderr when it is built.
     pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    /// VK_KHR_push_descriptor where the device has it (and `PUSH_DESCRIPTORS_ENV` is not `0`):
+    /// dispatches push their bindings instead of allocating descriptor sets.
+    pub(crate) push_descriptor: Option<ash::khr::push_descriptor::Device>,
     pub(crate) device: ash::Device,
     /// The compute queue; vkQueueSubmit needs external synchronization.
     pub(crate) queue: Mutex<vk::Queue>,
@@ -318,11 +330,21 @@ impl Device {
     /// Opens the best device: `ADEADVM_VULKAN_DEVICE=<index>` when set, otherwise the first
     /// discrete GPU, then integrated, virtual, CPU, among devices with a compute queue.
     pub fn open() -> Result<Device, VulkanError> {
+        let push = std::env::var_os(PUSH_DESCRIPTORS_ENV).is_none_or(|v| v != "0");
+        Self::open_with(push)
+    }
+
+    /// As [`Device::open`], never using VK_KHR_push_descriptor (tests of the fallback path).
+    pub fn open_without_push_descriptors() -> Result<Device, VulkanError> {
+        Self::open_with(false)
+    }
+
+    fn open_with(push_descriptors: bool) -> Result<Device, VulkanError> {
         let entry = load_entry()?;
         let (instance, api) = create_instance(&entry)?;
         // open_on takes a clone: on failure the library must stay loaded until the instance is
         // destroyed below (the clone shares the loaded library).
-        match Self::open_on(entry.clone(), &instance, api) {
+        match Self::open_on(entry.clone(), &instance, api, push_descriptors) {
             Ok(d) => Ok(d),
             Err(e) => {
                 // SAFETY: open_on destroyed everything it created from the instance before failing;
@@ -334,7 +356,12 @@ impl Device {
         }
     }
 
-    fn open_on(entry: ash::Entry, instance: &ash::Instance, api: u32) -> Result<Device, VulkanError> {
+    fn open_on(
+        entry: ash::Entry,
+        instance: &ash::Instance,
+        api: u32,
+        push_descriptors: bool,
+    ) -> Result<Device, VulkanError> {
         // SAFETY: instance is live.
         let pds =
             unsafe { instance.enumerate_physical_devices() }.map_err(check("vkEnumeratePhysicalDevices"))?;
@@ -388,7 +415,18 @@ impl Device {
             );
         }
         let coopmat_f16 = coopmat_f16_support(&entry, instance, api, physical, chosen);
+        let push_descriptors =
+            push_descriptors && has_extension(instance, physical, ash::khr::push_descriptor::NAME);
         let mut extensions = Vec::new();
+        if pipeline_stats {
+            extensions.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
+        if push_descriptors {
+            extensions.push(ash::khr::push_descriptor::NAME.as_ptr());
+        }
+        if coopmat_f16 {
+            extensions.push(ash::nv::cooperative_matrix::NAME.as_ptr());
+        }
         let mut exec_props = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(true);
         let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
@@ -396,15 +434,15 @@ impl Device {
         let mut v12 =
             vk::PhysicalDeviceVulkan12Features::default().shader_float16(true).vulkan_memory_model(true);
         let mut dinfo = vk::DeviceCreateInfo::default().queue_create_infos(&qinfo);
+        if !extensions.is_empty() {
+            dinfo = dinfo.enabled_extension_names(&extensions);
+        }
         if pipeline_stats {
-            extensions.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
             dinfo = dinfo.push_next(&mut exec_props);
         }
         if coopmat_f16 {
-            extensions.push(ash::nv::cooperative_matrix::NAME.as_ptr());
             dinfo = dinfo.push_next(&mut coopmat).push_next(&mut v11).push_next(&mut v12);
         }
-        dinfo = dinfo.enabled_extension_names(&extensions);
         // SAFETY: physical belongs to instance; dinfo and its arrays outlive the call.
         let device =
             unsafe { instance.create_device(physical, &dinfo, None) }.map_err(check("vkCreateDevice"))?;
@@ -455,6 +493,8 @@ impl Device {
                 coopmat_f16,
                 pipeline_stats: pipeline_stats
                     .then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device)),
+                push_descriptor: push_descriptors
+                    .then(|| ash::khr::push_descriptor::Device::new(instance, &device)),
                 device,
                 queue: Mutex::new(queue),
                 command_pool: Mutex::new(command_pool),
@@ -483,6 +523,12 @@ impl Device {
     /// Whether the fast tier's f16 GEMM can run on cooperative matrices here.
     pub fn has_coopmat_f16(&self) -> bool {
         self.coopmat_f16
+    }
+
+    /// Whether dispatches push their bindings (VK_KHR_push_descriptor) rather than allocate
+    /// descriptor sets.
+    pub fn uses_push_descriptors(&self) -> bool {
+        self.push_descriptor.is_some()
     }
 
     /// The raw ash device, for code in this module.

@@ -52,8 +52,12 @@ pub fn fast_only(name: &str) -> bool {
     name.starts_with("gemm_fast_") || name == "coopmat_f16" || name == "unary_fast"
 }
 
-/// Built pipelines by (shader, specialization constants).
-type Built = HashMap<(&'static str, Vec<u32>), Arc<Kernel>>;
+/// Most specialization constants a built-in kernel takes.
+const MAX_SPEC: usize = 4;
+
+/// Built pipelines by (shader, specialization constants padded with zeros, their count): a
+/// fixed-size key, so the lookup on every dispatch allocates nothing.
+type Built = HashMap<(&'static str, [u32; MAX_SPEC], usize), Arc<Kernel>>;
 
 /// The built-in kernels of one device, each pipeline built on first use and kept.
 pub struct Kernels {
@@ -76,18 +80,24 @@ impl Kernels {
     /// The kernel built from `shaders/<name>.comp` with specialization constants `spec`
     /// (constant id i = `spec[i]`); each combination is built once and kept.
     pub fn specialized(&self, name: &'static str, spec: &[u32]) -> Result<Arc<Kernel>, VulkanError> {
+        let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.into(), reason };
+        let mut padded = [0u32; MAX_SPEC];
+        padded
+            .get_mut(..spec.len())
+            .ok_or_else(|| fail(format!("{} specialization constants (at most {MAX_SPEC})", spec.len())))?
+            .copy_from_slice(spec);
+        let key = (name, padded, spec.len());
         let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(k) = built.get(&(name, spec.to_vec())) {
+        if let Some(k) = built.get(&key) {
             return Ok(k.clone());
         }
-        let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.into(), reason };
         let bytes = spirv(name).ok_or_else(|| fail("no such embedded shader".into()))?;
         let words = match override_spirv(name) {
             Some(b) => spirv_words(&b.map_err(fail)?).map_err(fail)?,
             None => spirv_words(bytes).map_err(fail)?,
         };
         let k = Arc::new(Kernel::specialized(&self.dev, name, &words, spec)?);
-        built.insert((name, spec.to_vec()), k.clone());
+        built.insert(key, k.clone());
         Ok(k)
     }
 

@@ -14,6 +14,8 @@ pub struct Kernel {
     name: String,
     interface: Interface,
     pub(crate) set_layout: vk::DescriptorSetLayout,
+    /// Whether the set layout is for VK_KHR_push_descriptor (see `push_descriptor_layout`).
+    pub(crate) push_descriptors: bool,
     pub(crate) layout: vk::PipelineLayout,
     pub(crate) pipeline: vk::Pipeline,
 }
@@ -81,7 +83,11 @@ impl Kernel {
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
             .collect();
-        let sinfo = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+        let push_descriptors = push_descriptor_layout(dev, bindings.len());
+        let mut sinfo = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+        if push_descriptors {
+            sinfo = sinfo.flags(vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR);
+        }
         // SAFETY: d is live; sinfo borrows `bindings`, alive across the call.
         let set_layout = unsafe { d.create_descriptor_set_layout(&sinfo, None) }
             .map_err(|e| fail(format!("vkCreateDescriptorSetLayout: {e}")))?;
@@ -156,7 +162,15 @@ impl Kernel {
         if let Some(ext) = &dev.pipeline_stats {
             eprintln!("adeadvm: pipeline {name} {spec:?}: {}", statistics(ext, pipeline));
         }
-        Ok(Kernel { dev: dev.clone(), name: name.to_string(), interface, set_layout, layout, pipeline })
+        Ok(Kernel {
+            dev: dev.clone(),
+            name: name.to_string(),
+            interface,
+            set_layout,
+            push_descriptors,
+            layout,
+            pipeline,
+        })
     }
 
     /// The kernel's name.
@@ -168,6 +182,13 @@ impl Kernel {
     pub fn interface(&self) -> &Interface {
         &self.interface
     }
+}
+
+/// Whether a kernel with `bindings` storage buffers gets a push-descriptor set layout: where
+/// the device uses VK_KHR_push_descriptor and one push can set them all (the recorder then
+/// pushes its bindings; otherwise it allocates a descriptor set).
+fn push_descriptor_layout(dev: &Device, bindings: usize) -> bool {
+    dev.push_descriptor.is_some() && bindings <= super::device::MIN_MAX_PUSH_DESCRIPTORS
 }
 
 /// The driver's statistics of every executable of `pipeline` (built with CAPTURE_STATISTICS),

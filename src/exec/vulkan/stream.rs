@@ -1,35 +1,67 @@
-//! Recording GPU work: dispatches, uploads and downloads go into one command buffer, with a
-//! barrier only where a command touches bytes an earlier command of the batch wrote (or writes
-//! bytes one read), and are submitted together by [`Recorder::flush`].
+//! Recording GPU work: dispatches, uploads and downloads go into command buffers, with a
+//! barrier only where a command touches bytes an earlier command wrote (or writes bytes one
+//! read) since the last barrier; [`Recorder::flush`] submits what is left and waits for all of
+//! it.
+//!
+//! Pipelined submission: the work between two flushes is split into sub-batches. Once the
+//! command buffer being recorded holds `submit_at` commands ([`SUBMIT_FIRST`] for a flush's
+//! first sub-batch, doubling with each submission up to [`SUBMIT_MAX`]) it is submitted without
+//! waiting, and recording goes on in the next slot of a small ring (each with its own
+//! command pool, fence, descriptor pool and held resources), so the GPU runs one sub-batch
+//! while the host records the next. Submissions to one queue start in submission order and a
+//! pipeline barrier covers every command submitted before it, so the accesses since the last
+//! barrier carry across sub-batch boundaries unchanged; a flush is still one ordered stream.
 //!
 //! Invariants:
-//! - Every buffer a recorded command uses is held (an `Arc` in its [`Slice`]) until the batch's
-//!   fence has signalled, so nothing is freed under the GPU.
+//! - Every buffer and pipeline a recorded command uses is held (an `Arc`) by its slot until the
+//!   slot's fence has signalled, so nothing is freed under the GPU; a slot is reset and reused
+//!   only after its fence.
 //! - Uploads are staged and copied in stream order, so a host write never races a command
-//!   recorded before it.
-//! - A [`Download`] is readable after the flush that ran it, until [`Recorder::clear_downloads`].
-//! - A batch that fills the descriptor pool is flushed on its own; results do not change.
+//!   recorded before it; staging memory is reused only after a flush.
+//! - A [`Download`] is readable after the flush that ran it, until [`Recorder::clear_downloads`]
+//!   (a sub-batch with downloads ends with a transfer-to-host barrier).
+//! - The timestamps of one flush share one query pool, reset by the flush's first timestamp,
+//!   so [`Recorder::elapsed`] measures across sub-batches.
+//! - Once a submission or a wait fails the recorder refuses further work, and when dropped it
+//!   waits for the device to go idle before freeing anything (objects may still be in use).
+//! - With VK_KHR_push_descriptor a dispatch pushes its bindings; otherwise it allocates a set
+//!   from its slot's descriptor pool, and a slot whose pool is full is submitted early. Results
+//!   do not depend on where sub-batches begin and end.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ash::vk;
 
-use super::buffer::{HostBuffer, Slice};
+use super::buffer::{Buffer, HostBuffer, Slice};
 use super::device::Device;
 use super::error::{check, VulkanError};
 use super::pipeline::Kernel;
 
-/// Dispatches per batch before the recorder flushes on its own (the descriptor pool's size).
-const BATCH_DISPATCHES: u32 = 2048;
-/// Storage-buffer bindings one dispatch may have.
+/// Commands in a flush's first sub-batch: few, so the GPU starts early.
+pub const SUBMIT_FIRST: u32 = 16;
+/// Commands in a sub-batch at most (each submission doubles the next one's, up to this).
+pub const SUBMIT_MAX: u32 = 256;
+/// Environment variable that overrides the sub-batch sizes (a tuning aid): `FIRST,MAX`
+/// commands (e.g. `16,256`, the default), or `off` for one submission per flush (as long as
+/// a slot's descriptor pool lasts).
+pub const SUBMIT_ENV: &str = "ADEADVM_VULKAN_SUBMIT";
+/// Sub-batches recorded or in flight at once: with all of them in flight, recording waits for
+/// the oldest.
+const MAX_SLOTS: usize = 4;
+/// Storage-buffer bindings a dispatch records without a heap allocation (more are allowed).
 pub const MAX_BINDINGS: u32 = 8;
+const INLINE: usize = MAX_BINDINGS as usize;
+/// Descriptor sets, and descriptors, in a slot's pool (the path without push descriptors).
+const SLOT_SETS: u32 = SUBMIT_MAX;
+const SLOT_DESCRIPTORS: u32 = SLOT_SETS * MAX_BINDINGS;
 /// Smallest staging chunk.
 const STAGING_CHUNK: u64 = 4 << 20;
-/// Timestamps one batch may write (more are skipped: [`Recorder::timestamp`] returns None).
+/// Timestamps one flush may write (more are skipped: [`Recorder::timestamp`] returns None).
 const BATCH_TIMESTAMPS: u32 = 4096;
 
-/// A GPU timestamp recorded by [`Recorder::timestamp`], readable after its batch ran.
+/// A GPU timestamp recorded by [`Recorder::timestamp`], readable after its flush.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timestamp {
     batch: u64,
@@ -54,7 +86,7 @@ impl Binding {
     }
 }
 
-/// Where a download's bytes will be once its batch has run.
+/// Where a download's bytes will be once its flush has run.
 #[derive(Clone, Copy, Debug)]
 pub struct Download {
     chunk: usize,
@@ -97,109 +129,223 @@ impl StagingRing {
     }
 }
 
-/// A byte range accessed since the last barrier.
+/// A byte range accessed since the last barrier, and by which stage.
 #[derive(Clone, Copy)]
 struct Access {
     buffer: vk::Buffer,
     start: u64,
     end: u64,
     write: bool,
+    /// A copy (transfer stage) rather than a compute shader.
+    transfer: bool,
+}
+
+impl Access {
+    const NONE: Access =
+        Access { buffer: vk::Buffer::null(), start: 0, end: 0, write: false, transfer: false };
+}
+
+/// One sub-batch's objects: a command buffer with its pool and fence, a descriptor pool, and
+/// what its commands use, held until the fence.
+struct Slot {
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+    /// Created on first use (never, with push descriptors).
+    descriptors: vk::DescriptorPool,
+    /// Sets and descriptors taken from `descriptors`.
+    sets: u32,
+    descriptors_used: u32,
+    held: Vec<Arc<Buffer>>,
+    held_kernels: Vec<Arc<Kernel>>,
+    /// Whether it copies into download staging (it then ends with a transfer-to-host barrier).
+    has_downloads: bool,
+}
+
+impl Slot {
+    fn new(dev: &Device) -> Result<Slot, VulkanError> {
+        let d = dev.raw();
+        let pinfo = vk::CommandPoolCreateInfo::default().queue_family_index(dev.queue_family);
+        // SAFETY: d is live; the pool belongs to this slot only.
+        let pool = unsafe { d.create_command_pool(&pinfo, None) }.map_err(check("vkCreateCommandPool"))?;
+        let mut slot = Slot {
+            pool,
+            cmd: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+            descriptors: vk::DescriptorPool::null(),
+            sets: 0,
+            descriptors_used: 0,
+            held: Vec::new(),
+            held_kernels: Vec::new(),
+            has_downloads: false,
+        };
+        let ainfo = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: pool is live and owned here.
+        let made = unsafe { d.allocate_command_buffers(&ainfo) }.map_err(check("vkAllocateCommandBuffers"));
+        let made = made.and_then(|cmds| {
+            slot.cmd = cmds[0];
+            // SAFETY: plain object creation.
+            unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(check("vkCreateFence"))
+        });
+        match made {
+            Ok(fence) => {
+                slot.fence = fence;
+                Ok(slot)
+            }
+            Err(e) => {
+                // SAFETY: nothing of the slot was submitted.
+                unsafe { slot.destroy(d) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Holds `buf` until the fence (once: a run's dispatches mostly use one arena buffer).
+    fn hold(&mut self, buf: &Arc<Buffer>) {
+        if !self.held.iter().rev().take(4).any(|b| Arc::ptr_eq(b, buf)) {
+            self.held.push(buf.clone());
+        }
+    }
+
+    /// The descriptor pool, created on first use.
+    fn descriptor_pool(&mut self, d: &ash::Device) -> Result<vk::DescriptorPool, VulkanError> {
+        if self.descriptors == vk::DescriptorPool::null() {
+            let sizes = [vk::DescriptorPoolSize {
+                ty: vk::DescriptorType::STORAGE_BUFFER,
+                descriptor_count: SLOT_DESCRIPTORS,
+            }];
+            let info = vk::DescriptorPoolCreateInfo::default().max_sets(SLOT_SETS).pool_sizes(&sizes);
+            // SAFETY: plain object creation; info borrows `sizes`.
+            self.descriptors =
+                unsafe { d.create_descriptor_pool(&info, None) }.map_err(check("vkCreateDescriptorPool"))?;
+        }
+        Ok(self.descriptors)
+    }
+
+    /// Makes the slot ready for recording again.
+    ///
+    /// # Safety
+    /// The slot's fence has signalled (or it was never submitted): nothing it recorded is in use.
+    unsafe fn reset(&mut self, d: &ash::Device) -> Result<(), VulkanError> {
+        // SAFETY: by the contract above the pools are unused and the fence is not pending.
+        unsafe {
+            d.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
+                .map_err(check("vkResetCommandPool"))?;
+            if self.sets > 0 {
+                d.reset_descriptor_pool(self.descriptors, vk::DescriptorPoolResetFlags::empty())
+                    .map_err(check("vkResetDescriptorPool"))?;
+            }
+            d.reset_fences(&[self.fence]).map_err(check("vkResetFences"))?;
+        }
+        self.sets = 0;
+        self.descriptors_used = 0;
+        self.held.clear();
+        self.held_kernels.clear();
+        self.has_downloads = false;
+        Ok(())
+    }
+
+    /// Destroys the slot's objects (null handles are skipped by Vulkan).
+    ///
+    /// # Safety
+    /// Nothing the slot recorded is in use by the device.
+    unsafe fn destroy(&mut self, d: &ash::Device) {
+        // SAFETY: by the contract above; destroying a null handle is a no-op.
+        unsafe {
+            d.destroy_descriptor_pool(self.descriptors, None);
+            d.destroy_fence(self.fence, None);
+            d.destroy_command_pool(self.pool, None);
+        }
+    }
 }
 
 /// Records and submits GPU work on one device. Not shared between threads; create one per VM.
 pub struct Recorder {
     dev: Arc<Device>,
-    pool: vk::CommandPool,
-    cmd: vk::CommandBuffer,
-    fence: vk::Fence,
-    descriptors: vk::DescriptorPool,
-    /// Whether `cmd` is in the recording state.
-    recording: bool,
-    /// Dispatches (and copies) recorded in this batch.
+    slots: Vec<Slot>,
+    /// The slot being recorded.
+    current: Option<usize>,
+    /// Submitted slots not yet waited for, oldest first.
+    in_flight: VecDeque<usize>,
+    /// Slots ready for recording.
+    idle: Vec<usize>,
+    /// Commands recorded in the current slot.
     commands: u32,
-    sets: u32,
+    /// Commands at which the current slot is submitted.
+    submit_at: u32,
+    /// The first and largest `submit_at` (SUBMIT_FIRST and SUBMIT_MAX unless SUBMIT_ENV says).
+    submit_sizes: (u32, u32),
+    /// The pipeline bound in the current slot's command buffer.
+    bound: vk::Pipeline,
+    /// Accesses since the last barrier (across sub-batches of a flush).
     pending: Vec<Access>,
-    /// Buffers used by recorded commands, held until the fence.
-    held: Vec<Slice>,
-    /// Pipelines used by recorded dispatches, held until the fence.
-    held_kernels: Vec<Arc<Kernel>>,
     uploads: StagingRing,
     downloads: StagingRing,
     /// Bumped by `clear_downloads`; a Download of an older generation is refused.
     generation: u64,
-    /// Whether this batch has downloads (they need a transfer -> host barrier at the end).
+    /// Whether downloads were recorded since the last flush (not readable until it).
     has_downloads: bool,
-    /// How long `flush` waits for the GPU before calling it hung.
+    /// How long a wait for the GPU may take before it is called hung.
     timeout: Duration,
     /// Barriers recorded (for tests and the profiler).
     barriers: u64,
+    /// Queue submissions made.
+    submissions: u64,
+    /// Host time spent in submissions and fence waits.
+    waited: Duration,
     /// Once a submission fails the recorder refuses further work (objects may still be in use).
     poisoned: Option<String>,
-    /// Timestamp queries (created on first use), written this batch, and the last batch's
+    /// Timestamp queries (created on first use), written this flush, and the last flush's
     /// values in nanoseconds.
     queries: vk::QueryPool,
     queries_used: u32,
     query_ns: Vec<u64>,
-    /// Batches submitted so far (names the batch a [`Timestamp`] belongs to).
+    /// Flushes so far (names the flush a [`Timestamp`] belongs to).
     batch: u64,
 }
 
 impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Recorder").field("commands", &self.commands).finish()
+        f.debug_struct("Recorder")
+            .field("commands", &self.commands)
+            .field("in_flight", &self.in_flight.len())
+            .finish()
     }
 }
 
 impl Recorder {
-    /// A recorder with its own command pool, fence and descriptor pool.
+    /// A recorder with its first slot (command pool, command buffer, fence).
     pub fn new(dev: &Arc<Device>) -> Result<Recorder, VulkanError> {
-        let d = dev.raw();
-        let pinfo = vk::CommandPoolCreateInfo::default().queue_family_index(dev.queue_family);
-        // SAFETY: d is live; the pool belongs to this recorder only.
-        let pool = unsafe { d.create_command_pool(&pinfo, None) }.map_err(check("vkCreateCommandPool"))?;
-        let mut r = Recorder {
+        let first = Slot::new(dev)?;
+        let submit_sizes = submit_sizes();
+        Ok(Recorder {
             dev: dev.clone(),
-            pool,
-            cmd: vk::CommandBuffer::null(),
-            fence: vk::Fence::null(),
-            descriptors: vk::DescriptorPool::null(),
-            recording: false,
+            slots: vec![first],
+            current: None,
+            in_flight: VecDeque::new(),
+            idle: vec![0],
             commands: 0,
-            sets: 0,
+            submit_at: submit_sizes.0,
+            submit_sizes,
+            bound: vk::Pipeline::null(),
             pending: Vec::new(),
-            held: Vec::new(),
-            held_kernels: Vec::new(),
             uploads: StagingRing::new(),
             downloads: StagingRing::new(),
             generation: 0,
             has_downloads: false,
             timeout: gpu_timeout(),
             barriers: 0,
+            submissions: 0,
+            waited: Duration::ZERO,
             poisoned: None,
             queries: vk::QueryPool::null(),
             queries_used: 0,
             query_ns: Vec::new(),
             batch: 0,
-        };
-        // Objects created so far are destroyed by Drop if a later step fails.
-        let ainfo = vk::CommandBufferAllocateInfo::default()
-            .command_pool(pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: pool is live and owned here.
-        r.cmd = unsafe { d.allocate_command_buffers(&ainfo) }.map_err(check("vkAllocateCommandBuffers"))?[0];
-        // SAFETY: plain object creation.
-        r.fence = unsafe { d.create_fence(&vk::FenceCreateInfo::default(), None) }
-            .map_err(check("vkCreateFence"))?;
-        let sizes = [vk::DescriptorPoolSize {
-            ty: vk::DescriptorType::STORAGE_BUFFER,
-            descriptor_count: BATCH_DISPATCHES * MAX_BINDINGS,
-        }];
-        let dinfo = vk::DescriptorPoolCreateInfo::default().max_sets(BATCH_DISPATCHES).pool_sizes(&sizes);
-        // SAFETY: plain object creation; dinfo borrows `sizes`.
-        r.descriptors =
-            unsafe { d.create_descriptor_pool(&dinfo, None) }.map_err(check("vkCreateDescriptorPool"))?;
-        Ok(r)
+        })
     }
 
     /// The device.
@@ -212,9 +358,19 @@ impl Recorder {
         self.barriers
     }
 
-    /// Whether work is recorded and not yet submitted.
+    /// Queue submissions since this recorder was made (a flush of many commands makes several).
+    pub fn submissions(&self) -> u64 {
+        self.submissions
+    }
+
+    /// Host time spent in queue submissions and fence waits since this recorder was made.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Whether work is recorded or in flight and not yet flushed.
     pub fn has_work(&self) -> bool {
-        self.commands > 0
+        self.current.is_some() || !self.in_flight.is_empty()
     }
 
     fn check_usable(&self) -> Result<(), VulkanError> {
@@ -226,42 +382,174 @@ impl Recorder {
         }
     }
 
-    fn begin(&mut self) -> Result<(), VulkanError> {
+    /// Marks the recorder failed when `r` is an error (submissions and waits).
+    fn poison<T>(&mut self, r: Result<T, VulkanError>) -> Result<T, VulkanError> {
+        if let Err(e) = &r {
+            // The command buffers and held buffers may still be in use by a device that
+            // failed: keep them (leak rather than free under the GPU) and refuse further work.
+            self.poisoned = Some(e.to_string());
+        }
+        r
+    }
+
+    /// The command buffer being recorded, beginning one in a free slot when none is.
+    fn begin(&mut self) -> Result<vk::CommandBuffer, VulkanError> {
         self.check_usable()?;
-        if !self.recording {
-            let info =
-                vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-            // SAFETY: cmd is in the initial state (fresh, or its pool was reset after the fence).
-            unsafe { self.dev.raw().begin_command_buffer(self.cmd, &info) }
-                .map_err(check("vkBeginCommandBuffer"))?;
-            self.recording = true;
+        if let Some(i) = self.current {
+            return Ok(self.slots[i].cmd);
+        }
+        let i = self.free_slot()?;
+        let info = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        let cmd = self.slots[i].cmd;
+        // SAFETY: the slot is idle: its command buffer is in the initial state (fresh, or its
+        // pool was reset after the fence).
+        unsafe { self.dev.raw().begin_command_buffer(cmd, &info) }.map_err(check("vkBeginCommandBuffer"))?;
+        self.current = Some(i);
+        self.commands = 0;
+        self.bound = vk::Pipeline::null();
+        Ok(cmd)
+    }
+
+    /// An idle slot: a free one, a new one, or the oldest in flight once it has finished.
+    fn free_slot(&mut self) -> Result<usize, VulkanError> {
+        if let Some(i) = self.idle.pop() {
+            return Ok(i);
+        }
+        if self.slots.len() < MAX_SLOTS {
+            self.slots.push(Slot::new(&self.dev)?);
+            return Ok(self.slots.len() - 1);
+        }
+        let i = self.in_flight.pop_front().expect("with no slot idle or recording, one is in flight");
+        let r = self.wait_slot(i);
+        self.poison(r)?;
+        Ok(i)
+    }
+
+    /// Waits for slot `i`'s fence, then resets it.
+    fn wait_slot(&mut self, i: usize) -> Result<(), VulkanError> {
+        let d = self.dev.raw();
+        let fence = self.slots[i].fence;
+        let nanos = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+        let t0 = Instant::now();
+        let waited = if super::fault::fail_wait() {
+            Err(vk::Result::TIMEOUT)
+        } else {
+            // SAFETY: the slot was submitted with this fence.
+            unsafe { d.wait_for_fences(&[fence], true, nanos) }
+        };
+        self.waited += t0.elapsed();
+        match waited {
+            Ok(()) => {}
+            Err(vk::Result::TIMEOUT) => {
+                return Err(VulkanError::Invalid(format!(
+                    "the GPU did not finish a batch within {} s (set ADEADVM_GPU_TIMEOUT to wait longer)",
+                    self.timeout.as_secs()
+                )))
+            }
+            Err(e) => return Err(check("vkWaitForFences")(e)),
+        }
+        // SAFETY: the fence signalled: nothing recorded in the slot is in use any more.
+        unsafe { self.slots[i].reset(d) }
+    }
+
+    /// Submits the slot being recorded, without waiting (nothing recorded: nothing happens).
+    fn submit_current(&mut self) -> Result<(), VulkanError> {
+        let Some(i) = self.current.take() else { return Ok(()) };
+        let r = self.submit_slot(i);
+        self.poison(r)?;
+        self.in_flight.push_back(i);
+        Ok(())
+    }
+
+    fn submit_slot(&mut self, i: usize) -> Result<(), VulkanError> {
+        let d = self.dev.raw();
+        let slot = &self.slots[i];
+        if slot.has_downloads {
+            let mb = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(vk::AccessFlags::HOST_READ)];
+            // SAFETY: the slot's command buffer is recording.
+            unsafe {
+                d.cmd_pipeline_barrier(
+                    slot.cmd,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::PipelineStageFlags::HOST,
+                    vk::DependencyFlags::empty(),
+                    &mb,
+                    &[],
+                    &[],
+                )
+            };
+        }
+        // SAFETY: the command buffer is recording.
+        unsafe { d.end_command_buffer(slot.cmd) }.map_err(check("vkEndCommandBuffer"))?;
+        let cmds = [slot.cmd];
+        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        if super::fault::fail_submission() {
+            return Err(check("vkQueueSubmit")(vk::Result::ERROR_DEVICE_LOST));
+        }
+        let t0 = Instant::now();
+        {
+            let queue = self.dev.queue.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: the queue is externally synchronized by its lock; the command buffer is
+            // executable and the fence unsignalled (reset with its slot).
+            unsafe { d.queue_submit(*queue, &submit, slot.fence) }.map_err(check("vkQueueSubmit"))?;
+        }
+        self.waited += t0.elapsed();
+        self.submissions += 1;
+        Ok(())
+    }
+
+    /// Counts a command recorded in the current slot; submits the slot once it holds
+    /// `submit_at` commands.
+    fn recorded(&mut self) -> Result<(), VulkanError> {
+        self.commands += 1;
+        if self.commands >= self.submit_at {
+            self.submit_at = self.submit_at.saturating_mul(2).min(self.submit_sizes.1);
+            self.submit_current()?;
         }
         Ok(())
     }
 
     /// Records a barrier first if any of `accesses` depends on an access since the last one.
-    fn order(&mut self, accesses: &[Access]) {
+    fn order(&mut self, cmd: vk::CommandBuffer, accesses: &[Access]) {
         let conflict = accesses.iter().any(|a| {
             self.pending
                 .iter()
                 .any(|p| p.buffer == a.buffer && p.start < a.end && a.start < p.end && (p.write || a.write))
         });
         if conflict {
-            let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-            let mb = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(
-                    vk::AccessFlags::SHADER_READ
-                        | vk::AccessFlags::SHADER_WRITE
-                        | vk::AccessFlags::TRANSFER_READ
-                        | vk::AccessFlags::TRANSFER_WRITE,
-                )];
-            // SAFETY: cmd is recording (callers call begin first).
+            // The barrier waits for the stages of the accesses it retires (all of them: the
+            // list is cleared) and makes their writes visible to every later command.
+            let (mut src_stages, mut src_access) =
+                (vk::PipelineStageFlags::empty(), vk::AccessFlags::empty());
+            for p in &self.pending {
+                if p.transfer {
+                    src_stages |= vk::PipelineStageFlags::TRANSFER;
+                    if p.write {
+                        src_access |= vk::AccessFlags::TRANSFER_WRITE;
+                    }
+                } else {
+                    src_stages |= vk::PipelineStageFlags::COMPUTE_SHADER;
+                    if p.write {
+                        src_access |= vk::AccessFlags::SHADER_WRITE;
+                    }
+                }
+            }
+            let dst_stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
+            let mb = [vk::MemoryBarrier::default().src_access_mask(src_access).dst_access_mask(
+                vk::AccessFlags::SHADER_READ
+                    | vk::AccessFlags::SHADER_WRITE
+                    | vk::AccessFlags::TRANSFER_READ
+                    | vk::AccessFlags::TRANSFER_WRITE,
+            )];
+            // SAFETY: cmd is recording (callers call begin first); src_stages is not empty (a
+            // conflict needs a pending access).
             unsafe {
                 self.dev.raw().cmd_pipeline_barrier(
-                    self.cmd,
-                    stages,
-                    stages,
+                    cmd,
+                    src_stages,
+                    dst_stages,
                     vk::DependencyFlags::empty(),
                     &mb,
                     &[],
@@ -284,14 +572,16 @@ impl Recorder {
         groups: [u32; 3],
     ) -> Result<(), VulkanError> {
         let iface = kernel.interface();
-        let expected: Vec<u32> = (0..bindings.len() as u32).collect();
-        if iface.bindings != expected || push.len() as u32 * 4 != iface.push_bytes {
+        let n = bindings.len();
+        let contiguous =
+            iface.bindings.len() == n && iface.bindings.iter().enumerate().all(|(i, &b)| b as usize == i);
+        if !contiguous || push.len() as u32 * 4 != iface.push_bytes {
             return Err(VulkanError::Invalid(format!(
                 "kernel {} has bindings {:?} and {} push-constant bytes; given {} bindings and {} bytes",
                 kernel.name(),
                 iface.bindings,
                 iface.push_bytes,
-                bindings.len(),
+                n,
                 push.len() * 4
             )));
         }
@@ -302,84 +592,119 @@ impl Recorder {
                 kernel.name()
             )));
         }
-        if self.sets == BATCH_DISPATCHES {
-            self.flush()?;
+        let pushed = kernel.push_descriptors && self.dev.push_descriptor.is_some();
+        if !pushed && n as u64 > u64::from(SLOT_DESCRIPTORS) {
+            return Err(VulkanError::Invalid(format!(
+                "kernel {} binds {n} storage buffers; a dispatch may bind at most {SLOT_DESCRIPTORS}",
+                kernel.name()
+            )));
         }
-        self.begin()?;
-        let dev = self.dev.clone();
-        let d = dev.raw();
-        let layouts = [kernel.set_layout];
-        let ainfo =
-            vk::DescriptorSetAllocateInfo::default().descriptor_pool(self.descriptors).set_layouts(&layouts);
-        // SAFETY: the pool has room (at most BATCH_DISPATCHES sets of MAX_BINDINGS each per batch).
-        let set =
-            unsafe { d.allocate_descriptor_sets(&ainfo) }.map_err(check("vkAllocateDescriptorSets"))?[0];
-        self.sets += 1;
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bindings
-            .iter()
-            .map(|b| {
-                [vk::DescriptorBufferInfo {
-                    buffer: b.slice.buf.handle(),
-                    offset: b.slice.offset,
-                    range: b.slice.range(),
-                }]
-            })
-            .collect();
-        let writes: Vec<vk::WriteDescriptorSet> = infos
-            .iter()
-            .enumerate()
-            .map(|(i, bi)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(i as u32)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(bi)
-            })
-            .collect();
-        // SAFETY: the set is fresh and not in use; `infos` outlives the call.
-        unsafe { d.update_descriptor_sets(&writes, &[]) };
-        let accesses: Vec<Access> = bindings
-            .iter()
-            .map(|b| {
-                let (buffer, start, end) = b.slice.span();
-                Access { buffer, start, end, write: b.write }
-            })
-            .collect();
-        self.order(&accesses);
-        // SAFETY: cmd is recording; pipeline, layout and set are live until the fence (the
-        // kernel is held below).
+        let mut cmd = self.begin()?;
+        if !pushed {
+            let slot = &self.slots[self.current.expect("begun")];
+            if slot.sets == SLOT_SETS || slot.descriptors_used + n as u32 > SLOT_DESCRIPTORS {
+                self.submit_current()?;
+                cmd = self.begin()?;
+            }
+        }
+        // Descriptor infos and accesses on the stack (on the heap past INLINE bindings).
+        let mut info_inline = [vk::DescriptorBufferInfo::default(); INLINE];
+        let mut access_inline = [Access::NONE; INLINE];
+        let (mut info_heap, mut access_heap);
+        let (infos, accesses): (&mut [vk::DescriptorBufferInfo], &mut [Access]) = if n <= INLINE {
+            (&mut info_inline[..n], &mut access_inline[..n])
+        } else {
+            info_heap = vec![vk::DescriptorBufferInfo::default(); n];
+            access_heap = vec![Access::NONE; n];
+            (&mut info_heap, &mut access_heap)
+        };
+        for ((b, info), access) in bindings.iter().zip(infos.iter_mut()).zip(accesses.iter_mut()) {
+            let (buffer, start, end) = b.slice.span();
+            *info = vk::DescriptorBufferInfo { buffer, offset: start, range: end - start };
+            *access = Access { buffer, start, end, write: b.write, transfer: false };
+        }
+        self.order(cmd, accesses);
+        let infos: &[vk::DescriptorBufferInfo] = infos;
+        let mut write_inline = [vk::WriteDescriptorSet::default(); INLINE];
+        let mut write_heap;
+        let writes: &mut [vk::WriteDescriptorSet] = if n <= INLINE {
+            &mut write_inline[..n]
+        } else {
+            write_heap = vec![vk::WriteDescriptorSet::default(); n];
+            &mut write_heap
+        };
+        for (i, (w, info)) in writes.iter_mut().zip(infos).enumerate() {
+            *w = vk::WriteDescriptorSet::default()
+                .dst_binding(i as u32)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(std::slice::from_ref(info));
+        }
+        let d = self.dev.raw();
+        let slot = &mut self.slots[self.current.expect("begun")];
+        if kernel.pipeline != self.bound {
+            // SAFETY: cmd is recording; the pipeline is held by the slot below until its fence.
+            unsafe { d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, kernel.pipeline) };
+            self.bound = kernel.pipeline;
+            if !slot.held_kernels.iter().any(|k| Arc::ptr_eq(k, kernel)) {
+                slot.held_kernels.push(kernel.clone());
+            }
+        }
+        if let (true, Some(pd)) = (pushed, &self.dev.push_descriptor) {
+            // SAFETY: cmd is recording; the kernel's set layout was made for push descriptors
+            // (kernel.push_descriptors) and holds at most maxPushDescriptors bindings; every
+            // write names a live buffer (held below) and `infos` outlives the call.
+            unsafe {
+                pd.cmd_push_descriptor_set(cmd, vk::PipelineBindPoint::COMPUTE, kernel.layout, 0, writes)
+            };
+        } else {
+            let pool = slot.descriptor_pool(d)?;
+            let layouts = [kernel.set_layout];
+            let ainfo = vk::DescriptorSetAllocateInfo::default().descriptor_pool(pool).set_layouts(&layouts);
+            // SAFETY: the pool has room (checked against SLOT_SETS and SLOT_DESCRIPTORS above);
+            // the layout is live (the kernel is held).
+            let set =
+                unsafe { d.allocate_descriptor_sets(&ainfo) }.map_err(check("vkAllocateDescriptorSets"))?[0];
+            slot.sets += 1;
+            slot.descriptors_used += n as u32;
+            for w in writes.iter_mut() {
+                w.dst_set = set;
+            }
+            // SAFETY: the set is fresh and not in use; `infos` outlives the call; cmd is
+            // recording and the set stays valid until the slot's pool is reset after its fence.
+            unsafe {
+                d.update_descriptor_sets(writes, &[]);
+                d.cmd_bind_descriptor_sets(
+                    cmd,
+                    vk::PipelineBindPoint::COMPUTE,
+                    kernel.layout,
+                    0,
+                    &[set],
+                    &[],
+                );
+            }
+        }
+        // SAFETY: cmd is recording with the kernel's pipeline bound and its bindings set.
         unsafe {
-            d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, kernel.pipeline);
-            d.cmd_bind_descriptor_sets(
-                self.cmd,
-                vk::PipelineBindPoint::COMPUTE,
-                kernel.layout,
-                0,
-                &[set],
-                &[],
-            );
             if !push.is_empty() {
                 d.cmd_push_constants(
-                    self.cmd,
+                    cmd,
                     kernel.layout,
                     vk::ShaderStageFlags::COMPUTE,
                     0,
                     bytemuck::cast_slice(push),
                 );
             }
-            d.cmd_dispatch(self.cmd, groups[0], groups[1], groups[2]);
+            d.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
         }
-        self.held.extend(bindings.iter().map(|b| b.slice.clone()));
-        if !self.held_kernels.iter().any(|k| Arc::ptr_eq(k, kernel)) {
-            self.held_kernels.push(kernel.clone());
+        for b in bindings {
+            slot.hold(&b.slice.buf);
         }
-        self.commands += 1;
-        Ok(())
+        self.recorded()
     }
 
     /// Records a GPU timestamp taken once every command recorded before it has finished (None
-    /// when the device's queue has no timestamps, or the batch has used its share). Read it
-    /// with [`Recorder::elapsed`] after the batch has run.
+    /// when the device's queue has no timestamps, or the flush has used its share). Read it
+    /// with [`Recorder::elapsed`] after the flush.
     pub fn timestamp(&mut self) -> Result<Option<Timestamp>, VulkanError> {
         if self.dev.timestamp_bits == 0 || self.dev.info.timestamp_period <= 0.0 {
             return Ok(None);
@@ -387,7 +712,7 @@ impl Recorder {
         if self.queries_used == BATCH_TIMESTAMPS {
             return Ok(None);
         }
-        self.begin()?;
+        let cmd = self.begin()?;
         let d = self.dev.raw();
         if self.queries == vk::QueryPool::null() {
             let info = vk::QueryPoolCreateInfo::default()
@@ -396,14 +721,15 @@ impl Recorder {
             // SAFETY: plain object creation on a live device.
             self.queries = unsafe { d.create_query_pool(&info, None) }.map_err(check("vkCreateQueryPool"))?;
         }
-        // SAFETY: cmd is recording, outside any render pass; the pool is live; a batch resets
-        // its queries before the first one it writes.
+        // SAFETY: cmd is recording, outside any render pass; the pool is live. A flush resets
+        // its queries before the first one it writes; later sub-batches of the flush are
+        // submitted after that reset, and query commands execute in submission order.
         unsafe {
             if self.queries_used == 0 {
-                d.cmd_reset_query_pool(self.cmd, self.queries, 0, BATCH_TIMESTAMPS);
+                d.cmd_reset_query_pool(cmd, self.queries, 0, BATCH_TIMESTAMPS);
             }
             d.cmd_write_timestamp(
-                self.cmd,
+                cmd,
                 vk::PipelineStageFlags::BOTTOM_OF_PIPE,
                 self.queries,
                 self.queries_used,
@@ -413,7 +739,7 @@ impl Recorder {
         Ok(Some(Timestamp { batch: self.batch, query: self.queries_used - 1 }))
     }
 
-    /// GPU time from `from` to `to`, both of the last batch flushed (None otherwise).
+    /// GPU time from `from` to `to`, both of the last flush (None otherwise).
     pub fn elapsed(&self, from: Timestamp, to: Timestamp) -> Option<Duration> {
         let last = self.batch.checked_sub(1)?;
         if from.batch != last || to.batch != last {
@@ -423,15 +749,15 @@ impl Recorder {
         Some(Duration::from_nanos(b.saturating_sub(a)))
     }
 
-    /// Reads the batch's timestamps (after its fence) into `query_ns`.
+    /// Reads the flush's timestamps (after every fence) into `query_ns`.
     fn read_timestamps(&mut self) -> Result<(), VulkanError> {
         self.query_ns.clear();
         if self.queries_used == 0 {
             return Ok(());
         }
         let mut ticks = vec![0u64; self.queries_used as usize];
-        // SAFETY: the batch that wrote these queries has finished (its fence signalled); the
-        // slice holds exactly queries_used 64-bit results.
+        // SAFETY: every sub-batch that wrote these queries has finished (their fences
+        // signalled); the slice holds exactly queries_used 64-bit results.
         unsafe {
             self.dev.raw().get_query_pool_results(
                 self.queries,
@@ -461,20 +787,17 @@ impl Recorder {
         if bytes.is_empty() {
             return Ok(());
         }
-        self.begin()?;
+        let cmd = self.begin()?;
         let (chunk, off) = self.uploads.alloc(&self.dev, dst.len)?;
         self.uploads.chunks[chunk].write(off, bytes)?;
         let (buffer, start, _) = dst.span();
-        self.order(&[Access { buffer, start, end: start + dst.len, write: true }]);
+        self.order(cmd, &[Access { buffer, start, end: start + dst.len, write: true, transfer: true }]);
         let region = [vk::BufferCopy { src_offset: off, dst_offset: dst.offset, size: dst.len }];
         // SAFETY: cmd is recording; both buffers are live until the fence (dst is held, the
         // staging chunk is reset only after a flush).
-        unsafe {
-            self.dev.raw().cmd_copy_buffer(self.cmd, self.uploads.chunks[chunk].handle(), buffer, &region)
-        };
-        self.held.push(dst.clone());
-        self.commands += 1;
-        Ok(())
+        unsafe { self.dev.raw().cmd_copy_buffer(cmd, self.uploads.chunks[chunk].handle(), buffer, &region) };
+        self.slots[self.current.expect("begun")].hold(&dst.buf);
+        self.recorded()
     }
 
     /// Records a device-to-device copy of `src` into `dst` (equal lengths).
@@ -485,20 +808,23 @@ impl Recorder {
         if src.len == 0 {
             return Ok(());
         }
-        self.begin()?;
+        let cmd = self.begin()?;
         let (sb, ss, _) = src.span();
         let (db, ds, _) = dst.span();
-        self.order(&[
-            Access { buffer: sb, start: ss, end: ss + src.len, write: false },
-            Access { buffer: db, start: ds, end: ds + dst.len, write: true },
-        ]);
+        self.order(
+            cmd,
+            &[
+                Access { buffer: sb, start: ss, end: ss + src.len, write: false, transfer: true },
+                Access { buffer: db, start: ds, end: ds + dst.len, write: true, transfer: true },
+            ],
+        );
         let region = [vk::BufferCopy { src_offset: src.offset, dst_offset: dst.offset, size: src.len }];
         // SAFETY: cmd is recording; both buffers are held until the fence.
-        unsafe { self.dev.raw().cmd_copy_buffer(self.cmd, sb, db, &region) };
-        self.held.push(src.clone());
-        self.held.push(dst.clone());
-        self.commands += 1;
-        Ok(())
+        unsafe { self.dev.raw().cmd_copy_buffer(cmd, sb, db, &region) };
+        let slot = &mut self.slots[self.current.expect("begun")];
+        slot.hold(&src.buf);
+        slot.hold(&dst.buf);
+        self.recorded()
     }
 
     /// Records a copy of `src` to host memory, readable with [`Recorder::read`] after the next
@@ -508,27 +834,26 @@ impl Recorder {
         if src.len == 0 {
             return Ok(ticket(0, 0));
         }
-        self.begin()?;
+        let cmd = self.begin()?;
         let (chunk, off) = self.downloads.alloc(&self.dev, src.len)?;
         let (buffer, start, _) = src.span();
-        self.order(&[Access { buffer, start, end: start + src.len, write: false }]);
+        self.order(cmd, &[Access { buffer, start, end: start + src.len, write: false, transfer: true }]);
         let region = [vk::BufferCopy { src_offset: src.offset, dst_offset: off, size: src.len }];
         // SAFETY: cmd is recording; src is held until the fence, the chunk until clear_downloads.
         unsafe {
-            self.dev.raw().cmd_copy_buffer(self.cmd, buffer, self.downloads.chunks[chunk].handle(), &region)
+            self.dev.raw().cmd_copy_buffer(cmd, buffer, self.downloads.chunks[chunk].handle(), &region)
         };
-        self.held.push(src.clone());
+        let slot = &mut self.slots[self.current.expect("begun")];
+        slot.hold(&src.buf);
+        slot.has_downloads = true;
         self.has_downloads = true;
-        self.commands += 1;
+        self.recorded()?;
         Ok(Download { chunk, offset: off, len: src.len, generation: self.generation })
     }
 
-    /// The bytes of a download whose batch has been flushed.
+    /// The bytes of a download whose flush has run.
     pub fn read(&self, d: &Download, out: &mut [u8]) -> Result<(), VulkanError> {
-        if d.generation != self.generation
-            || out.len() as u64 != d.len
-            || (self.recording && self.has_downloads)
-        {
+        if d.generation != self.generation || out.len() as u64 != d.len || self.has_downloads {
             return Err(VulkanError::Invalid(
                 "a download read before its flush, after clear_downloads, or into a buffer of another size"
                     .into(),
@@ -546,112 +871,71 @@ impl Recorder {
         self.downloads.reset();
     }
 
-    /// Submits what is recorded and waits for it. Nothing recorded: returns at once.
+    /// Submits what is recorded and waits for it and every sub-batch in flight. Nothing
+    /// recorded or in flight: returns at once.
     pub fn flush(&mut self) -> Result<(), VulkanError> {
         self.check_usable()?;
-        if !self.recording {
+        if !self.has_work() {
             return Ok(());
         }
-        let dev = self.dev.clone();
-        let d = dev.raw();
-        if self.has_downloads {
-            let mb = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(vk::AccessFlags::HOST_READ)];
-            // SAFETY: cmd is recording.
-            unsafe {
-                d.cmd_pipeline_barrier(
-                    self.cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::PipelineStageFlags::HOST,
-                    vk::DependencyFlags::empty(),
-                    &mb,
-                    &[],
-                    &[],
-                )
-            };
-        }
-        let result = self.submit_and_wait();
-        if let Err(e) = &result {
-            // The command buffer and held buffers may still be in use by a device that failed:
-            // keep them (leak rather than free under the GPU) and refuse further work.
-            self.poisoned = Some(e.to_string());
-            return result;
-        }
-        // SAFETY: the fence signalled: nothing recorded in this batch is in use any more.
-        unsafe {
-            d.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
-                .map_err(check("vkResetCommandPool"))?;
-            d.reset_descriptor_pool(self.descriptors, vk::DescriptorPoolResetFlags::empty())
-                .map_err(check("vkResetDescriptorPool"))?;
-            d.reset_fences(&[self.fence]).map_err(check("vkResetFences"))?;
+        self.submit_current()?;
+        while let Some(i) = self.in_flight.pop_front() {
+            let r = self.wait_slot(i);
+            self.poison(r)?;
+            self.idle.push(i);
         }
         if self.read_timestamps().is_err() {
-            // Timestamps are diagnostics: a batch that ran is not failed for want of them.
+            // Timestamps are diagnostics: a flush that ran is not failed for want of them.
             self.query_ns.clear();
             self.queries_used = 0;
         }
         self.batch += 1;
-        self.recording = false;
-        self.commands = 0;
-        self.sets = 0;
+        self.submit_at = self.submit_sizes.0;
+        self.has_downloads = false;
         self.pending.clear();
-        self.held.clear();
-        self.held_kernels.clear();
         self.uploads.reset();
         Ok(())
-    }
-
-    fn submit_and_wait(&mut self) -> Result<(), VulkanError> {
-        let d = self.dev.raw();
-        // SAFETY: cmd is recording.
-        unsafe { d.end_command_buffer(self.cmd) }.map_err(check("vkEndCommandBuffer"))?;
-        let cmds = [self.cmd];
-        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-        if super::fault::fail_submission() {
-            return Err(check("vkQueueSubmit")(vk::Result::ERROR_DEVICE_LOST));
-        }
-        {
-            let queue = self.dev.queue.lock().unwrap_or_else(|p| p.into_inner());
-            // SAFETY: the queue is externally synchronized by its lock; cmd is executable.
-            unsafe { d.queue_submit(*queue, &submit, self.fence) }.map_err(check("vkQueueSubmit"))?;
-        }
-        let nanos = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
-        let waited = if super::fault::fail_wait() {
-            Err(vk::Result::TIMEOUT)
-        } else {
-            // SAFETY: the fence was submitted above.
-            unsafe { d.wait_for_fences(&[self.fence], true, nanos) }
-        };
-        match waited {
-            Ok(()) => Ok(()),
-            Err(vk::Result::TIMEOUT) => Err(VulkanError::Invalid(format!(
-                "the GPU did not finish a batch within {} s (set ADEADVM_GPU_TIMEOUT to wait longer)",
-                self.timeout.as_secs()
-            ))),
-            Err(e) => Err(check("vkWaitForFences")(e)),
-        }
     }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
         let d = self.dev.raw();
-        if self.poisoned.is_some() {
+        let mut idle = self.poisoned.is_none();
+        if idle && !self.in_flight.is_empty() {
+            let fences: Vec<vk::Fence> = self.in_flight.iter().map(|&i| self.slots[i].fence).collect();
+            let nanos = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
+            // SAFETY: every fence in the list was submitted with its slot.
+            idle = unsafe { d.wait_for_fences(&fences, true, nanos) }.is_ok();
+        }
+        if !idle {
             // SAFETY: waiting for the device is always allowed; after it nothing is in flight
             // (or the device is lost, when destroying is allowed too).
             let _ = unsafe { d.device_wait_idle() };
         }
-        // SAFETY: every batch was waited for (flush waits on the fence; a poisoned one is idle
-        // above), so the pools and the fence are unused; destroyed in reverse order of creation.
+        // SAFETY: nothing any slot recorded is in use (waited for above; a slot being recorded
+        // was never submitted); destroyed in reverse order of creation.
         unsafe {
             if self.queries != vk::QueryPool::null() {
                 d.destroy_query_pool(self.queries, None);
             }
-            d.destroy_descriptor_pool(self.descriptors, None);
-            d.destroy_fence(self.fence, None);
-            d.destroy_command_pool(self.pool, None);
+            for slot in self.slots.iter_mut().rev() {
+                slot.destroy(d);
+            }
         }
+    }
+}
+
+/// The first and largest sub-batch sizes: [`SUBMIT_ENV`] as `FIRST,MAX` or `off`, else
+/// ([`SUBMIT_FIRST`], [`SUBMIT_MAX`]).
+fn submit_sizes() -> (u32, u32) {
+    let Ok(v) = std::env::var(SUBMIT_ENV) else { return (SUBMIT_FIRST, SUBMIT_MAX) };
+    if v.trim() == "off" {
+        return (u32::MAX, u32::MAX);
+    }
+    match v.split_once(',').map(|(a, b)| (a.trim().parse::<u32>(), b.trim().parse::<u32>())) {
+        Some((Ok(first), Ok(max))) if first >= 1 && max >= first => (first, max),
+        _ => (SUBMIT_FIRST, SUBMIT_MAX),
     }
 }
 

@@ -1,0 +1,230 @@
+//! Pipelined submission: the work between two flushes of a `Recorder` is submitted in
+//! sub-batches while recording goes on. Long chains of dependent dispatches that cross many
+//! sub-batch boundaries must give the CPU reference's bits; downloads and timestamps recorded in
+//! different sub-batches of one flush must read back correctly; and all of it with and without
+//! VK_KHR_push_descriptor (the descriptor-pool fallback). With no Vulkan device these tests
+//! skip, unless ADEADVM_REQUIRE_VULKAN=1 (CI), where a missing device fails them.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use adeadvm::exec::cpu::reference::{self as r, Binary, Unary};
+use adeadvm::exec::cpu::SimdLevel;
+use adeadvm::exec::vulkan::ops::data;
+use adeadvm::exec::vulkan::{Device, Recorder, VulkanExec, PUSH_DESCRIPTORS_ENV};
+use adeadvm::isa::Tier;
+use adeadvm::vm::{Backend, VmConfig};
+use common::vk::{exec, required};
+use common::*;
+
+/// The shared executor (push descriptors where the device has them) and one on a device opened
+/// without them; None (skipped) without Vulkan.
+fn executors() -> Option<Vec<(&'static str, Arc<VulkanExec>)>> {
+    let shared = exec()?;
+    let dev = match Device::open_without_push_descriptors() {
+        Ok(d) => Arc::new(d),
+        Err(e) if required() => panic!("ADEADVM_REQUIRE_VULKAN=1 but the device does not open again: {e}"),
+        Err(e) => {
+            println!("skipped: {e}");
+            return None;
+        }
+    };
+    assert!(!dev.uses_push_descriptors());
+    println!("{}: push descriptors {}", dev.info().name, shared.device().uses_push_descriptors());
+    let fallback = Arc::new(VulkanExec::with_device(dev).unwrap());
+    let shared = Arc::new(VulkanExec::with_device(shared.device().clone()).unwrap());
+    Some(vec![("default", shared), ("descriptor sets", fallback)])
+}
+
+/// One step of the chain on the host: x = tanh(x * 1.7 + 0.1), in the recorded order.
+fn step_cpu(x: &mut Vec<f32>) {
+    let mut t = vec![0f32; x.len()];
+    r::binary_scalar(Binary::Mul, x, 1.7, &mut t);
+    r::binary_scalar(Binary::Add, &t, 0.1, x);
+    r::unary(Unary::Tanh, x, &mut t);
+    *x = t;
+}
+
+#[test]
+fn a_long_chain_crosses_sub_batches_with_downloads_and_timestamps() {
+    let Some(executors) = executors() else { return };
+    const N: usize = 1000;
+    const STEPS: usize = 1500; // three dependent dispatches each
+    const EVERY: usize = 100;
+    let x0 = Rng(11).vec(N, -1.0, 1.0);
+    for (what, ex) in &executors {
+        let k = ex.kernels();
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let x = ex.upload(&mut rec, bytemuck::cast_slice(&x0)).unwrap();
+        let t = ex.alloc(N as u64 * 4).unwrap();
+        let mut want = x0.clone();
+        let mut downloads = Vec::new();
+        let mut stamps = Vec::new();
+        let start = rec.submissions();
+        for s in 0..STEPS {
+            data::binary_scalar(k, &mut rec, Binary::Mul, &t, &x, 1.7, N).unwrap();
+            data::binary_scalar(k, &mut rec, Binary::Add, &x, &t, 0.1, N).unwrap();
+            data::unary(k, &mut rec, Unary::Tanh, Tier::Strict, &t, &x, N).unwrap();
+            rec.copy(&t, &x).unwrap();
+            step_cpu(&mut want);
+            if s % EVERY == EVERY - 1 {
+                downloads.push((want.clone(), rec.download(&x).unwrap()));
+                stamps.extend(rec.timestamp().unwrap());
+            }
+        }
+        assert!(rec.has_work());
+        rec.flush().unwrap();
+        assert!(!rec.has_work());
+        let subs = rec.submissions() - start;
+        assert!(subs >= 10, "{what}: {} commands went in {subs} submissions", STEPS * 4);
+        for (i, (w, d)) in downloads.iter().enumerate() {
+            let mut bytes = vec![0u8; N * 4];
+            rec.read(d, &mut bytes).unwrap();
+            let got: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
+            let w: Vec<u32> = w.iter().map(|v| v.to_bits()).collect();
+            let pos = got.iter().zip(&w).position(|(a, b)| a != b);
+            assert!(pos.is_none(), "{what}: download {i} differs at element {pos:?}");
+        }
+        // Timestamps spread over every sub-batch of the flush measure growing spans.
+        if let (Some(&first), Some(&last)) = (stamps.first(), stamps.last()) {
+            let mut prev = std::time::Duration::ZERO;
+            for &s in &stamps[1..] {
+                let e = rec.elapsed(first, s).unwrap_or_else(|| panic!("{what}: no elapsed time"));
+                assert!(e >= prev, "{what}: timestamps out of order");
+                prev = e;
+            }
+            assert!(rec.elapsed(first, last).unwrap() > std::time::Duration::ZERO, "{what}");
+        } else {
+            println!("{what}: the device has no timestamps");
+        }
+        // The recorder goes on after the flush: a second, shorter flush.
+        data::binary_scalar(k, &mut rec, Binary::Mul, &t, &x, 2.0, N).unwrap();
+        let got: Vec<f32> = bytemuck::pod_collect_to_vec(&ex.fetch(&mut rec, &t).unwrap());
+        let w: Vec<f32> = want.iter().map(|v| v * 2.0).collect();
+        assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            w.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{what}: after the flush"
+        );
+    }
+}
+
+#[test]
+fn a_recorder_dropped_with_work_in_flight_waits_for_it() {
+    let Some(executors) = executors() else { return };
+    for (_, ex) in &executors {
+        let k = ex.kernels();
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let x = ex.alloc(4096).unwrap();
+        data::fill(k, &mut rec, &x, 1024, 0).unwrap();
+        for _ in 0..700 {
+            data::binary_scalar(k, &mut rec, Binary::Add, &x, &x, 1.0, 1024).unwrap();
+        }
+        assert!(rec.submissions() >= 3);
+        drop(x);
+        drop(rec); // waits for the fences before freeing the slots (and the held buffer)
+    }
+}
+
+/// The chain as a program: six dependent instructions a step, outputs stored on the way.
+fn chain_program(steps: usize) -> String {
+    let mut s = String::from(
+        ".const %x f32[777] = rand(5)\n.const %y f32[777] = rand(6)\n\
+         .output y0 f32[777]\n.output y1 f32[777]\n.output y2 f32[777]\n.output y f32[777]\n\
+         ALLOC %a: f32[777]\nALLOC %b: f32[777]\nALLOC %t: f32[777]\nCOPY %a, %x\nCOPY %b, %y\n",
+    );
+    for i in 0..steps {
+        s.push_str("MUL %a, %a, 1.7\nADD %a, %a, %b\nTANH %a, %a\nMUL %b, %b, 0.9\nMUL %t, %a, 0.1\nADD %b, %b, %t\n");
+        if i % (steps / 3) == steps / 3 - 1 && i / (steps / 3) < 3 {
+            s.push_str(&format!("STORE y{}, %a\n", i / (steps / 3)));
+        }
+    }
+    s.push_str("STORE y, %b\nFREE %a\nFREE %b\nFREE %t\n");
+    s
+}
+
+#[test]
+fn a_program_of_thousands_of_dependent_instructions_matches_the_cpu() {
+    let Some(_) = exec() else { return };
+    let p = build(&chain_program(1000));
+    let cpu = VmConfig {
+        simd: Some(SimdLevel::Scalar),
+        threads: Some(1),
+        backend: Backend::Cpu,
+        ..VmConfig::default()
+    };
+    let gpu = VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() };
+    let want = run_with(&p, &[], cpu).unwrap();
+    for round in 0..2 {
+        let got = run_with(&p, &[], gpu.clone()).unwrap();
+        for (name, w) in &want {
+            assert!(w.bytes() == got[name].bytes(), "round {round}: output {name} differs from the CPU");
+        }
+    }
+}
+
+#[test]
+fn the_descriptor_set_fallback_gives_the_same_bits_in_a_run() {
+    let Some(_) = exec() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("chain.s");
+    std::fs::write(&prog, chain_program(300)).unwrap();
+    let run = |backend: &str, push: &str, out: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_adeadvm"))
+            .args(["run", prog.to_str().unwrap(), "--backend", backend, "--output", &format!("y={out}")])
+            .env(PUSH_DESCRIPTORS_ENV, push)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read(dir.path().join(out)).unwrap()
+    };
+    let want = run("cpu", "1", "cpu.npy");
+    assert_eq!(run("vulkan", "1", "push.npy"), want, "with push descriptors");
+    assert_eq!(run("vulkan", "0", "sets.npy"), want, "with descriptor sets");
+}
+
+/// Nanoseconds this thread has run on a CPU, or None.
+fn thread_cpu_ns() -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec for the call to fill.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
+    ok.then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// The host's cost of recording one small dispatch (what `adeadvm bench dispatch` spends per
+/// instruction in the recorder), in thread CPU time so that waiting for the device is left out:
+/// `cargo test --release --test vulkan_dispatch -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn recording_cost_per_dispatch() {
+    let Some(executors) = executors() else { return };
+    const COUNT: usize = 2000;
+    for (what, ex) in &executors {
+        let k = ex.kernels();
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let x = ex.alloc(4).unwrap();
+        data::fill(k, &mut rec, &x, 1, 0).unwrap();
+        rec.flush().unwrap();
+        let mut best = u64::MAX;
+        for _ in 0..8 {
+            let (c0, w0) = (thread_cpu_ns(), std::time::Instant::now());
+            for _ in 0..COUNT {
+                data::binary_scalar(k, &mut rec, Binary::Add, &x, &x, 1.0, 1).unwrap();
+            }
+            let (c1, wall) = (thread_cpu_ns(), w0.elapsed());
+            rec.flush().unwrap();
+            let cpu = c0.zip(c1).map(|(a, b)| (b - a) / COUNT as u64);
+            println!(
+                "{what}: recording {} ns of thread CPU per dispatch ({} ns wall), {} submissions so far",
+                cpu.map_or("?".into(), |c| c.to_string()),
+                wall.as_nanos() / COUNT as u128,
+                rec.submissions()
+            );
+            best = best.min(cpu.unwrap_or(u64::MAX));
+        }
+        println!("{what}: best {best} ns per dispatch");
+    }
+}
