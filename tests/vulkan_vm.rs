@@ -737,3 +737,43 @@ fn profile_has_gpu_times_on_vulkan() {
     let trace = prof.chrome_trace();
     assert!(trace.contains("\"args\":{\"name\":\"gpu\"}") && trace.contains("\"cat\":\"gpu\""), "{trace}");
 }
+
+/// A fast-tier f16 MATMUL runs on the device's cooperative matrices where it has them (from
+/// the f16 bytes, f32 sums, one rounding to f16): within f16 rounding of the CPU's result, and
+/// the same bits on a second run.
+#[test]
+fn fast_f16_matmul_on_cooperative_matrices() {
+    if !vulkan() {
+        return;
+    }
+    let dev = adeadvm::vm::shared_device().unwrap();
+    if !dev.device().has_coopmat_f16() {
+        println!("skipped: {} has no cooperative-matrix f16 GEMM", dev.device().info().name);
+        return;
+    }
+    let p = build(
+        ".tier fast\n.input %a f16[2, 70, 96]\n.input %b f16[96, 130]\n.input %c f32[130]\n.output y f16[2, 70, 130]\n\
+         ALLOC %y: f16[2, 70, 130]\nMATMUL %y, %a, %b, %c, act=relu\nSTORE y, %y\nFREE %y\n",
+    );
+    let f16 = |shape: Vec<usize>, seed: u64| {
+        let n: usize = shape.iter().product();
+        let bytes: Vec<u8> = Rng(seed)
+            .vec(n, -2.0, 2.0)
+            .iter()
+            .flat_map(|v| adeadvm::numerics::f32_to_f16_bits(*v).to_le_bytes())
+            .collect();
+        HostTensor::from_bytes(adeadvm::isa::DType::F16, shape, &bytes).unwrap()
+    };
+    let inputs = [
+        ("a", f16(vec![2, 70, 96], 1)),
+        ("b", f16(vec![96, 130], 2)),
+        ("c", HostTensor::from_f32(vec![130], &Rng(3).vec(130, -1.0, 1.0)).unwrap()),
+    ];
+    let want = run_with(&p, &inputs, cpu()).unwrap()["y"].to_f32().unwrap();
+    let got = run_with(&p, &inputs, gpu()).unwrap()["y"].clone();
+    assert_eq!(got.bytes(), run_with(&p, &inputs, gpu()).unwrap()["y"].bytes(), "not repeatable");
+    for (i, (w, g)) in want.iter().zip(got.to_f32().unwrap()).enumerate() {
+        // Sums of 96 products of |x| <= 2 differ by f32 rounding; both round once to f16.
+        assert!((w - g).abs() <= 2e-3 * w.abs().max(1.0), "element {i}: cpu {w}, vulkan {g}");
+    }
+}

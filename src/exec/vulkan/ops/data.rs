@@ -147,7 +147,9 @@ pub fn unary(
         matches!(op, Unary::Sqrt | Unary::Rsqrt | Unary::Exp | Unary::Log | Unary::Sigmoid | Unary::Tanh);
     let name = if tier == Tier::Fast && vendor { "unary_fast" } else { "unary" };
     let kernel = k.specialized(name, &[code])?;
-    let groups = groups_for(rec.device(), n as u64, LOCAL_SIZE);
+    // unary_fast takes four elements a thread.
+    let items = if name == "unary_fast" { (n as u64).div_ceil(4) } else { n as u64 };
+    let groups = groups_for(rec.device(), items, LOCAL_SIZE);
     rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(x)], &[n32, code, 0], groups)
 }
 
@@ -230,7 +232,10 @@ pub fn binary(
     let Some((push, n)) = broadcast_push(op, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
     // One pipeline per op (specialization constant 0; see shaders/binary.comp).
     let kernel = k.specialized("binary", &[binary_op_code(op)])?;
-    let groups = groups_for(rec.device(), n, LOCAL_SIZE);
+    // Equal shapes (rank 1, unit strides) go four elements a thread: a grid for n / 4 threads
+    // (the grid-stride loops cover any size; idle threads only cost launches).
+    let vec4 = push[2] == 1 && push[12] == 1 && push[20] == 1;
+    let groups = groups_for(rec.device(), if vec4 { n.div_ceil(4) } else { n }, LOCAL_SIZE);
     rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, groups)
 }
 
