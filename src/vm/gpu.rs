@@ -878,7 +878,7 @@ impl Vm {
                 let coopmat = p.tier == Tier::Fast
                     && half(a)
                     && half(b)
-                    && (half(dst) || dt(dst) == DType::F32)
+                    && half(dst)
                     && a != dst
                     && b != dst
                     && self.gpu.as_ref().is_some_and(|g| rows::coopmat_f16_runs(g.exec.kernels(), act));
