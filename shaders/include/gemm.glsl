@@ -96,30 +96,24 @@ GEMM_LOAD4(load4_b, b, b4, b_vec)
 
 uint in_range(uint first, uint end) { return first >= end ? 0u : min(end - first, 4u); }
 
-// Global -> registers: load `l` (0 or 1) of this thread for the chunk starting at k0. A stored
-// [M, K] (not ta) is read along k, a stored [K, M] (ta) along m; likewise b.
-vec4 load_a(uint l, uint k0) {
-    uint idx = l * WG + gl_LocalInvocationID.x;
-    if (!ta) {
-        uint r = idx / (BK / 4u), kq = idx % (BK / 4u);
-        uint gr = row0 + r, gk = k0 + kq * 4u;
-        return gr < M ? load4_a(aoff + gr * K + gk, in_range(gk, k_end)) : vec4(0.0);
+// Global -> registers: load `l` (0 or 1) of this thread for the chunk starting at k0, of an
+// operand whose other dimension has X elements from x0 on and BX in the tile. Stored with k
+// contiguous (a as [M, K] without ta, b as [N, K] with tb) it is read along k, else (stored
+// [K, X]) along its other dimension. One body for both operands (hence the macro).
+#define GEMM_LOAD_OPERAND(name, load4, k_contiguous, BX, x0, X, xoff)                   \
+    vec4 name(uint l, uint k0) {                                                          \
+        uint idx = l * WG + gl_LocalInvocationID.x;                                       \
+        if (k_contiguous) {                                                               \
+            uint r = idx / (BK / 4u), kq = idx % (BK / 4u);                               \
+            uint gr = x0 + r, gk = k0 + kq * 4u;                                          \
+            return gr < X ? load4(xoff + gr * K + gk, in_range(gk, k_end)) : vec4(0.0);   \
+        }                                                                                 \
+        uint kk = idx / (BX / 4u), rq = idx % (BX / 4u);                                  \
+        uint gk = k0 + kk, gr = x0 + rq * 4u;                                             \
+        return gk < k_end ? load4(xoff + gk * X + gr, in_range(gr, X)) : vec4(0.0);       \
     }
-    uint kk = idx / (BM / 4u), rq = idx % (BM / 4u);
-    uint gk = k0 + kk, gr = row0 + rq * 4u;
-    return gk < k_end ? load4_a(aoff + gk * M + gr, in_range(gr, M)) : vec4(0.0);
-}
-vec4 load_b(uint l, uint k0) {
-    uint idx = l * WG + gl_LocalInvocationID.x;
-    if (!tb) {
-        uint kk = idx / (BN / 4u), cq = idx % (BN / 4u);
-        uint gk = k0 + kk, gc = col0 + cq * 4u;
-        return gk < k_end ? load4_b(boff + gk * N + gc, in_range(gc, N)) : vec4(0.0);
-    }
-    uint c = idx / (BK / 4u), kq = idx % (BK / 4u);
-    uint gc = col0 + c, gk = k0 + kq * 4u;
-    return gc < N ? load4_b(boff + gc * K + gk, in_range(gk, k_end)) : vec4(0.0);
-}
+GEMM_LOAD_OPERAND(load_a, load4_a, !ta, BM, row0, M, aoff)
+GEMM_LOAD_OPERAND(load_b, load4_b, tb, BN, col0, N, boff)
 void load_chunk(uint k0) {
     ra0 = load_a(0u, k0);
     rb0 = load_b(0u, k0);
@@ -146,39 +140,28 @@ bool stage_strict(inout vec4 v) {
 }
 #endif
 
-// Registers -> shared buffer `buf`: load `l` of a (v); true when it has a tiny operand.
-bool store_a(uint l, vec4 v, uint buf) {
-    bool tiny = stage_strict(v);
-    uint idx = l * WG + gl_LocalInvocationID.x;
-    if (!ta) {
-        uint r = idx / (BK / 4u), kq = idx % (BK / 4u);
-        uint base = (buf * BK + kq * 4u) * SA + r / 4u, lane = r % 4u;
-        As[base][lane] = v.x;
-        As[base + SA][lane] = v.y;
-        As[base + 2u * SA][lane] = v.z;
-        As[base + 3u * SA][lane] = v.w;
-    } else {
-        uint kk = idx / (BM / 4u), rq = idx % (BM / 4u);
-        As[(buf * BK + kk) * SA + rq] = v;
+// Registers -> shared buffer `buf` of S (row pitch SX vec4s, BX elements of the tile's other
+// dimension): load `l` (v) of an operand read as GEMM_LOAD_OPERAND says; true when it has a
+// tiny operand. Either way S holds k rows of the other dimension's elements.
+#define GEMM_STORE_OPERAND(name, S, k_contiguous, BX, SX)                                 \
+    bool name(uint l, vec4 v, uint buf) {                                                 \
+        bool tiny = stage_strict(v);                                                      \
+        uint idx = l * WG + gl_LocalInvocationID.x;                                       \
+        if (k_contiguous) {                                                               \
+            uint r = idx / (BK / 4u), kq = idx % (BK / 4u);                               \
+            uint base = (buf * BK + kq * 4u) * SX + r / 4u, lane = r % 4u;                \
+            S[base][lane] = v.x;                                                          \
+            S[base + SX][lane] = v.y;                                                     \
+            S[base + 2u * SX][lane] = v.z;                                                \
+            S[base + 3u * SX][lane] = v.w;                                                \
+        } else {                                                                          \
+            uint kk = idx / (BX / 4u), rq = idx % (BX / 4u);                              \
+            S[(buf * BK + kk) * SX + rq] = v;                                             \
+        }                                                                                 \
+        return tiny;                                                                      \
     }
-    return tiny;
-}
-bool store_b(uint l, vec4 v, uint buf) {
-    bool tiny = stage_strict(v);
-    uint idx = l * WG + gl_LocalInvocationID.x;
-    if (!tb) {
-        uint kk = idx / (BN / 4u), cq = idx % (BN / 4u);
-        Bs[(buf * BK + kk) * SB + cq] = v;
-    } else {
-        uint c = idx / (BK / 4u), kq = idx % (BK / 4u);
-        uint base = (buf * BK + kq * 4u) * SB + c / 4u, lane = c % 4u;
-        Bs[base][lane] = v.x;
-        Bs[base + SB][lane] = v.y;
-        Bs[base + 2u * SB][lane] = v.z;
-        Bs[base + 3u * SB][lane] = v.w;
-    }
-    return tiny;
-}
+GEMM_STORE_OPERAND(store_a, As, !ta, BM, SA)
+GEMM_STORE_OPERAND(store_b, Bs, tb, BN, SB)
 // The staged loads into shared buffer `buf` (chunk number `chunk`).
 void store_chunk(uint buf, uint chunk) {
     bool tiny = store_a(0u, ra0, buf);
