@@ -862,3 +862,64 @@ fn coopmat_f16_gemm_is_repeatable_and_accurate() {
         }
     }
 }
+
+/// The fast tier's one-pass SOFTMAX and LAYERNORM (rows of FAST_ROW_MIN to FAST_ROW_MAX): within
+/// a small relative error of float64, with a broadcast mask and scale, gamma and beta, and the
+/// same bits on a second run.
+#[test]
+fn fast_row_kernels_are_repeatable_and_accurate() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    for n in [rows::FAST_ROW_MIN as usize, 1500, rows::FAST_ROW_MAX as usize] {
+        let nrows = 3;
+        let x: Vec<f32> = values(51, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
+        let mask: Vec<f32> = values(52, n, 0).iter().map(|v| v.clamp(-5.0, 5.0)).collect();
+        let gamma: Vec<f32> = values(53, n, 0).iter().map(|v| v.clamp(-2.0, 2.0)).collect();
+        let beta: Vec<f32> = values(54, n, 0).iter().map(|v| v.clamp(-2.0, 2.0)).collect();
+        let run = |which: u8| -> Vec<f32> {
+            let mut rec = Recorder::new(ex.device()).unwrap();
+            let (sx, sm) = (upload(ex, &mut rec, &x), upload(ex, &mut rec, &mask));
+            let (sg, sb) = (upload(ex, &mut rec, &gamma), upload(ex, &mut rec, &beta));
+            let dst = ex.alloc((nrows * n) as u64 * 4).unwrap();
+            if which == 0 {
+                let shape = [nrows, n];
+                rows::softmax_in(k, &mut rec, Tier::Fast, &dst, &sx, &shape, Some((&sm, &[1, n][..])), 0.5)
+                    .unwrap();
+            } else {
+                rows::layernorm_in(k, &mut rec, Tier::Fast, &dst, &sx, nrows, n, Some(&sg), Some(&sb), 1e-5)
+                    .unwrap();
+            }
+            fetch(ex, &mut rec, &dst)
+        };
+        for which in [0u8, 1] {
+            let got = run(which);
+            let again = run(which);
+            assert!(got.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "n {n}: not repeatable");
+            for r in 0..nrows {
+                let row: Vec<f64> = x[r * n..(r + 1) * n].iter().map(|&v| f64::from(v)).collect();
+                let want: Vec<f64> = if which == 0 {
+                    let logit: Vec<f64> =
+                        row.iter().zip(&mask).map(|(v, m)| v * 0.5 + f64::from(*m)).collect();
+                    let m = logit.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = logit.iter().map(|l| (l - m).exp()).collect();
+                    let s: f64 = e.iter().sum();
+                    e.iter().map(|v| v / s).collect()
+                } else {
+                    let mu = row.iter().sum::<f64>() / n as f64;
+                    let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n as f64;
+                    let rs = 1.0 / (var + 1e-5f32 as f64).sqrt();
+                    (0..n).map(|i| (row[i] - mu) * rs * f64::from(gamma[i]) + f64::from(beta[i])).collect()
+                };
+                for i in 0..n {
+                    let (g, w) = (f64::from(got[r * n + i]), want[i]);
+                    let scale = if which == 0 { w.abs() } else { w.abs() + f64::from(beta[i]).abs() + 1.0 };
+                    assert!(
+                        (g - w).abs() <= 2e-5 * scale + 1e-30,
+                        "{} n {n} row {r} element {i}: {g} where float64 gives {w}",
+                        ["softmax", "layernorm"][usize::from(which)]
+                    );
+                }
+            }
+        }
+    }
+}

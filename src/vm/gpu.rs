@@ -925,7 +925,7 @@ impl Vm {
                 };
                 self.with_dst_f32(f, p, dst, |g, d| {
                     let mask = vm.as_ref().map(|(s, sh)| (s, sh.as_slice()));
-                    rows::softmax(g.exec.kernels(), &mut g.rec, d, &vx, &sh, mask, scale)
+                    rows::softmax_in(g.exec.kernels(), &mut g.rec, p.tier, d, &vx, &sh, mask, scale)
                 })?;
             }
             Insn::Layernorm { dst, x, gamma, beta, eps } => {
@@ -936,9 +936,10 @@ impl Vm {
                 let vg = gamma.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
                 let vb = beta.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
                 self.with_dst_f32(f, p, dst, |g, d| {
-                    rows::layernorm(
+                    rows::layernorm_in(
                         g.exec.kernels(),
                         &mut g.rec,
+                        p.tier,
                         d,
                         &vx,
                         rows_n,

@@ -34,7 +34,9 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "matmul",
     "matmul_gelu",
     "softmax",
+    "softmax_fast",
     "layernorm",
+    "layernorm_fast",
     "rmsnorm",
     "reduce",
     "coopmat_f16",
@@ -49,7 +51,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
 /// Whether shader `name` runs only in the fast tier: it may fuse (FMA) and need not repeat the
 /// CPU's bits, so the strict-arithmetic checks of tests/vulkan.rs skip it.
 pub fn fast_only(name: &str) -> bool {
-    name.starts_with("gemm_fast_") || name == "coopmat_f16" || name == "unary_fast"
+    name.starts_with("gemm_fast_") || name.ends_with("_fast") || name == "coopmat_f16"
 }
 
 /// Most specialization constants a built-in kernel takes.

@@ -181,6 +181,13 @@ impl GemmTile {
 /// 128 tiles, 5% slower).
 const LARGE_MIN_TILES: u64 = 384;
 
+/// Rows the fast tier's one-pass row kernels take: from [`FAST_ROW_MIN`] elements (shorter
+/// rows leave most of a 256-thread workgroup idle; the strict kernels share a workgroup between
+/// rows) to [`FAST_ROW_MAX`] (32 elements a thread in registers, shaders/include/fastrow.glsl).
+pub const FAST_ROW_MIN: u64 = 1024;
+/// See [`FAST_ROW_MIN`].
+pub const FAST_ROW_MAX: u64 = 32 * 256;
+
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
 
@@ -727,6 +734,43 @@ pub fn softmax_with(
     scale: f32,
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
+    softmax_impl(k, rec, Tier::Strict, dst, x, shape, mask, scale, tuning)
+}
+
+/// [`softmax`] in `tier`: the fast tier takes shaders/softmax_fast.comp (one pass, the device's
+/// exp, a fixed tree: the same bits run to run on one device) for rows of [`FAST_ROW_MIN`] to
+/// [`FAST_ROW_MAX`] elements, and the strict kernel otherwise.
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_in(
+    k: &Kernels,
+    rec: &mut Recorder,
+    tier: Tier,
+    dst: &Slice,
+    x: &Slice,
+    shape: &[usize],
+    mask: Option<(&Slice, &[usize])>,
+    scale: f32,
+) -> Result<(), VulkanError> {
+    softmax_impl(k, rec, tier, dst, x, shape, mask, scale, &Tuning::default())
+}
+
+/// Whether the fast tier's one-pass row kernels (shaders/include/fastrow.glsl) take rows of `n`.
+fn fast_row(tier: Tier, n: u64) -> bool {
+    tier == Tier::Fast && (FAST_ROW_MIN..=FAST_ROW_MAX).contains(&n)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn softmax_impl(
+    k: &Kernels,
+    rec: &mut Recorder,
+    tier: Tier,
+    dst: &Slice,
+    x: &Slice,
+    shape: &[usize],
+    mask: Option<(&Slice, &[usize])>,
+    scale: f32,
+    tuning: &Tuning,
+) -> Result<(), VulkanError> {
     let total = elements("softmax", shape)?;
     check_len("softmax x", x, total)?;
     check_len("softmax destination", dst, total)?;
@@ -781,10 +825,12 @@ pub fn softmax_with(
     let mask_last = if r == 0 { 0 } else { w(mstr[r - 1]) };
     let mut push: Vec<u32> = dims.iter().chain(&strs).copied().collect();
     push.extend([w(rows), w(n), tbits, flags, scale.to_bits(), mask_last]);
-    let kernel = k.get("softmax")?;
     let mask_slice = mask.map_or(x, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(mask_slice)];
-    dispatch_rows(rec, tuning, &kernel, &bindings, &push, rows, tbits)
+    if fast_row(tier, n) {
+        return rec.dispatch(&k.get("softmax_fast")?, &bindings, &push, grid(rec, tuning, rows)?);
+    }
+    dispatch_rows(rec, tuning, &k.get("softmax")?, &bindings, &push, rows, tbits)
 }
 
 /// LAYERNORM over rows of `n`: exactly `reference::layernorm` (`numerics::layernorm_row`:
@@ -819,6 +865,42 @@ pub fn layernorm_with(
     eps: f32,
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
+    layernorm_impl(k, rec, Tier::Strict, dst, x, rows, n, gamma, beta, eps, tuning)
+}
+
+/// [`layernorm`] in `tier`: the fast tier takes shaders/layernorm_fast.comp (one pass, the
+/// device's inversesqrt, a fixed tree) for rows of [`FAST_ROW_MIN`] to [`FAST_ROW_MAX`]
+/// elements, and the strict kernel otherwise.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_in(
+    k: &Kernels,
+    rec: &mut Recorder,
+    tier: Tier,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+    gamma: Option<&Slice>,
+    beta: Option<&Slice>,
+    eps: f32,
+) -> Result<(), VulkanError> {
+    layernorm_impl(k, rec, tier, dst, x, rows, n, gamma, beta, eps, &Tuning::default())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn layernorm_impl(
+    k: &Kernels,
+    rec: &mut Recorder,
+    tier: Tier,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+    gamma: Option<&Slice>,
+    beta: Option<&Slice>,
+    eps: f32,
+    tuning: &Tuning,
+) -> Result<(), VulkanError> {
     let total = norm_checks("layernorm", dst, x, rows, n, &[("gamma", gamma), ("beta", beta)])?;
     let tbits = row_tbits(tuning, rows as u64, n as u64, false, (2, 1))?;
     if total == 0 {
@@ -826,14 +908,16 @@ pub fn layernorm_with(
     }
     let flags = u32::from(gamma.is_some()) | u32::from(beta.is_some()) << 1;
     let push = [w(rows as u64), w(n as u64), tbits, flags, count(n).to_bits(), eps.to_bits()];
-    let kernel = k.get("layernorm")?;
     let bindings = [
         Binding::write(dst),
         Binding::read(x),
         Binding::read(gamma.unwrap_or(x)),
         Binding::read(beta.unwrap_or(x)),
     ];
-    dispatch_rows(rec, tuning, &kernel, &bindings, &push, rows as u64, tbits)
+    if fast_row(tier, n as u64) {
+        return rec.dispatch(&k.get("layernorm_fast")?, &bindings, &push, grid(rec, tuning, rows as u64)?);
+    }
+    dispatch_rows(rec, tuning, &k.get("layernorm")?, &bindings, &push, rows as u64, tbits)
 }
 
 /// RMSNORM over rows of `n`: exactly `reference::rmsnorm` (`numerics::rmsnorm_row`: mean

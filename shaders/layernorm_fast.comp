@@ -1,0 +1,55 @@
+#version 450
+// LAYERNORM over rows of n in the fast tier, one pass: each row is read once into registers
+// (fastrow.glsl), its mean and variance reduced over a fixed tree, inversesqrt the device's
+// own; the same bits run to run on one device, not the CPU's bits. Same bindings and push
+// constants as layernorm.comp (tbits unused).
+#extension GL_GOOGLE_include_directive : require
+#include "fastrow.glsl"
+
+layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
+layout(set = 0, binding = 1) readonly buffer X { float x[]; };
+layout(set = 0, binding = 2) readonly buffer G { float gamma[]; };
+layout(set = 0, binding = 3) readonly buffer B { float beta[]; };
+layout(push_constant) uniform P {
+    uint rows;
+    uint n;
+    uint tbits;
+    uint flags;  // bit 0: gamma bound; bit 1: beta bound
+    float nf;    // n as f32
+    float eps;
+} p;
+
+void main() {
+    uint row = fast_row();
+    if (row >= p.rows) {
+        return; // the grid's spare workgroups (uniform: before any barrier)
+    }
+    uint t = gl_LocalInvocationIndex, n = p.n, base = row * n;
+    float v[FAST_PER];
+    float s = 0.0;
+    [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
+        uint e = j * 256u + t;
+        v[j] = e < n ? x[base + e] : 0.0;
+        s += v[j];
+    }
+    float mu = fast_reduce(s, false) / p.nf;
+    float q = 0.0;
+    [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
+        float d = j * 256u + t < n ? v[j] - mu : 0.0;
+        q += d * d;
+    }
+    float rs = inversesqrt(fast_reduce(q, false) / p.nf + p.eps);
+    [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
+        uint e = j * 256u + t;
+        if (e < n) {
+            float o = (v[j] - mu) * rs;
+            if ((p.flags & 1u) != 0u) {
+                o *= gamma[e];
+            }
+            if ((p.flags & 2u) != 0u) {
+                o += beta[e];
+            }
+            y[base + e] = o;
+        }
+    }
+}
