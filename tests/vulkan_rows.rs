@@ -247,7 +247,7 @@ proptest! {
         let sm = upload(ex, &mut rec, &mvals);
         let dst = ex.alloc(total as u64 * 4).unwrap();
         let gmask = has_mask.then_some((&sm, mshape.as_slice()));
-        rows::softmax_with(ex.kernels(), &mut rec, &dst, &sx, &shape, gmask, scale, &tuning).unwrap();
+        rows::softmax_in(ex.kernels(), &mut rec, Tier::Strict, &dst, &sx, &shape, gmask, scale, &tuning).unwrap();
         let got = fetch(ex, &mut rec, &dst);
         let what = format!(
             "softmax {shape:?} mask {:?} (causal {causal}) scale {scale} seed {seed} spice {spice} {tuning:?}",
@@ -282,7 +282,7 @@ proptest! {
         let (sg, sb) = (upload(ex, &mut rec, &gamma), upload(ex, &mut rec, &beta));
         let (gs, bs) = (with_gamma.then_some(&sg), with_beta.then_some(&sb));
         let (d1, d2) = (ex.alloc(total as u64 * 4).unwrap(), ex.alloc(total as u64 * 4).unwrap());
-        rows::layernorm_with(ex.kernels(), &mut rec, &d1, &sx, nrows, n, gs, bs, eps, &tuning).unwrap();
+        rows::layernorm_in(ex.kernels(), &mut rec, Tier::Strict, &d1, &sx, nrows, n, gs, bs, eps, &tuning).unwrap();
         rows::rmsnorm_with(ex.kernels(), &mut rec, &d2, &sx, nrows, n, gs, eps, &tuning).unwrap();
         let (got_ln, got_rms) = (fetch(ex, &mut rec, &d1), fetch(ex, &mut rec, &d2));
         let what = format!(
@@ -360,9 +360,21 @@ fn threads_per_row_never_change_bits() {
             let d: Vec<Slice> = (0..3).map(|_| ex.alloc(total as u64 * 4).unwrap()).collect();
             let (ds, dm) = (ex.alloc(n as u64 * 4).unwrap(), ex.alloc(nrows as u64 * 4).unwrap());
             let shape = [nrows, n];
-            rows::softmax_with(k, &mut rec, &d[0], &sx, &shape, None, 0.5, &tuning).unwrap();
-            rows::layernorm_with(k, &mut rec, &d[1], &sx, nrows, n, Some(&sg), Some(&sg), 1e-5, &tuning)
-                .unwrap();
+            rows::softmax_in(k, &mut rec, Tier::Strict, &d[0], &sx, &shape, None, 0.5, &tuning).unwrap();
+            rows::layernorm_in(
+                k,
+                &mut rec,
+                Tier::Strict,
+                &d[1],
+                &sx,
+                nrows,
+                n,
+                Some(&sg),
+                Some(&sg),
+                1e-5,
+                &tuning,
+            )
+            .unwrap();
             rows::rmsnorm_with(k, &mut rec, &d[2], &sx, nrows, n, Some(&sg), 1e-5, &tuning).unwrap();
             rows::reduce_with(k, &mut rec, Reduce::Sum, &ds, &sx, &shape, 0, &tuning).unwrap();
             rows::reduce_with(k, &mut rec, Reduce::Max, &dm, &sx, &shape, 1, &tuning).unwrap();
@@ -870,6 +882,7 @@ fn coopmat_f16_gemm_is_repeatable_and_accurate() {
 fn fast_row_kernels_are_repeatable_and_accurate() {
     let Some(ex) = exec() else { return };
     let k = ex.kernels();
+    let tuning = Tuning::default();
     for n in [rows::FAST_ROW_MIN as usize, 1500, rows::FAST_ROW_MAX as usize] {
         let nrows = 3;
         let x: Vec<f32> = values(51, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
@@ -883,11 +896,33 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
             let dst = ex.alloc((nrows * n) as u64 * 4).unwrap();
             if which == 0 {
                 let shape = [nrows, n];
-                rows::softmax_in(k, &mut rec, Tier::Fast, &dst, &sx, &shape, Some((&sm, &[1, n][..])), 0.5)
-                    .unwrap();
+                rows::softmax_in(
+                    k,
+                    &mut rec,
+                    Tier::Fast,
+                    &dst,
+                    &sx,
+                    &shape,
+                    Some((&sm, &[1, n][..])),
+                    0.5,
+                    &tuning,
+                )
+                .unwrap();
             } else {
-                rows::layernorm_in(k, &mut rec, Tier::Fast, &dst, &sx, nrows, n, Some(&sg), Some(&sb), 1e-5)
-                    .unwrap();
+                rows::layernorm_in(
+                    k,
+                    &mut rec,
+                    Tier::Fast,
+                    &dst,
+                    &sx,
+                    nrows,
+                    n,
+                    Some(&sg),
+                    Some(&sb),
+                    1e-5,
+                    &tuning,
+                )
+                .unwrap();
             }
             fetch(ex, &mut rec, &dst)
         };

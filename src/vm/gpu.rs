@@ -18,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::exec::cpu::reference::{strides, MatmulShape, Reduce};
+use crate::exec::vulkan::ops::rows::Tuning;
 use crate::exec::vulkan::ops::{data, rows};
 use crate::exec::vulkan::{
     Binding, Buffer, Download, Kernel, Recorder, Slice, Timestamp, VulkanError, VulkanExec,
@@ -925,7 +926,17 @@ impl Vm {
                 };
                 self.with_dst_f32(f, p, dst, |g, d| {
                     let mask = vm.as_ref().map(|(s, sh)| (s, sh.as_slice()));
-                    rows::softmax_in(g.exec.kernels(), &mut g.rec, p.tier, d, &vx, &sh, mask, scale)
+                    rows::softmax_in(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        p.tier,
+                        d,
+                        &vx,
+                        &sh,
+                        mask,
+                        scale,
+                        &Tuning::default(),
+                    )
                 })?;
             }
             Insn::Layernorm { dst, x, gamma, beta, eps } => {
@@ -947,6 +958,7 @@ impl Vm {
                         vg.as_ref(),
                         vb.as_ref(),
                         eps,
+                        &Tuning::default(),
                     )
                 })?;
             }

@@ -719,39 +719,7 @@ pub fn softmax(
     mask: Option<(&Slice, &[usize])>,
     scale: f32,
 ) -> Result<(), VulkanError> {
-    softmax_with(k, rec, dst, x, shape, mask, scale, &Tuning::default())
-}
-
-/// [`softmax`] with a [`Tuning`].
-#[allow(clippy::too_many_arguments)]
-pub fn softmax_with(
-    k: &Kernels,
-    rec: &mut Recorder,
-    dst: &Slice,
-    x: &Slice,
-    shape: &[usize],
-    mask: Option<(&Slice, &[usize])>,
-    scale: f32,
-    tuning: &Tuning,
-) -> Result<(), VulkanError> {
-    softmax_impl(k, rec, Tier::Strict, dst, x, shape, mask, scale, tuning)
-}
-
-/// [`softmax`] in `tier`: the fast tier takes shaders/softmax_fast.comp (one pass, the device's
-/// exp, a fixed tree: the same bits run to run on one device) for rows of [`FAST_ROW_MIN`] to
-/// [`FAST_ROW_MAX`] elements, and the strict kernel otherwise.
-#[allow(clippy::too_many_arguments)]
-pub fn softmax_in(
-    k: &Kernels,
-    rec: &mut Recorder,
-    tier: Tier,
-    dst: &Slice,
-    x: &Slice,
-    shape: &[usize],
-    mask: Option<(&Slice, &[usize])>,
-    scale: f32,
-) -> Result<(), VulkanError> {
-    softmax_impl(k, rec, tier, dst, x, shape, mask, scale, &Tuning::default())
+    softmax_in(k, rec, Tier::Strict, dst, x, shape, mask, scale, &Tuning::default())
 }
 
 /// Whether the fast tier's one-pass row kernels (shaders/include/fastrow.glsl) take rows of `n`.
@@ -759,8 +727,11 @@ fn fast_row(tier: Tier, n: u64) -> bool {
     tier == Tier::Fast && (FAST_ROW_MIN..=FAST_ROW_MAX).contains(&n)
 }
 
+/// [`softmax`] in `tier` with a [`Tuning`]: the fast tier takes shaders/softmax_fast.comp (one
+/// pass, the device's exp, a fixed tree: the same bits run to run on one device) for rows of
+/// [`FAST_ROW_MIN`] to [`FAST_ROW_MAX`] elements, and the strict kernel otherwise.
 #[allow(clippy::too_many_arguments)]
-fn softmax_impl(
+pub fn softmax_in(
     k: &Kernels,
     rec: &mut Recorder,
     tier: Tier,
@@ -848,47 +819,14 @@ pub fn layernorm(
     beta: Option<&Slice>,
     eps: f32,
 ) -> Result<(), VulkanError> {
-    layernorm_with(k, rec, dst, x, rows, n, gamma, beta, eps, &Tuning::default())
+    layernorm_in(k, rec, Tier::Strict, dst, x, rows, n, gamma, beta, eps, &Tuning::default())
 }
 
-/// [`layernorm`] with a [`Tuning`].
-#[allow(clippy::too_many_arguments)]
-pub fn layernorm_with(
-    k: &Kernels,
-    rec: &mut Recorder,
-    dst: &Slice,
-    x: &Slice,
-    rows: usize,
-    n: usize,
-    gamma: Option<&Slice>,
-    beta: Option<&Slice>,
-    eps: f32,
-    tuning: &Tuning,
-) -> Result<(), VulkanError> {
-    layernorm_impl(k, rec, Tier::Strict, dst, x, rows, n, gamma, beta, eps, tuning)
-}
-
-/// [`layernorm`] in `tier`: the fast tier takes shaders/layernorm_fast.comp (one pass, the
-/// device's inversesqrt, a fixed tree) for rows of [`FAST_ROW_MIN`] to [`FAST_ROW_MAX`]
-/// elements, and the strict kernel otherwise.
+/// [`layernorm`] in `tier` with a [`Tuning`]: the fast tier takes shaders/layernorm_fast.comp
+/// (one pass, the device's inversesqrt, a fixed tree) for rows of [`FAST_ROW_MIN`] to
+/// [`FAST_ROW_MAX`] elements, and the strict kernel otherwise.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_in(
-    k: &Kernels,
-    rec: &mut Recorder,
-    tier: Tier,
-    dst: &Slice,
-    x: &Slice,
-    rows: usize,
-    n: usize,
-    gamma: Option<&Slice>,
-    beta: Option<&Slice>,
-    eps: f32,
-) -> Result<(), VulkanError> {
-    layernorm_impl(k, rec, tier, dst, x, rows, n, gamma, beta, eps, &Tuning::default())
-}
-
-#[allow(clippy::too_many_arguments)]
-fn layernorm_impl(
     k: &Kernels,
     rec: &mut Recorder,
     tier: Tier,
