@@ -939,7 +939,15 @@ fn submit_sizes() -> (u32, u32) {
     }
     match v.split_once(',').map(|(a, b)| (a.trim().parse::<u32>(), b.trim().parse::<u32>())) {
         Some((Ok(first), Ok(max))) if first >= 1 && max >= first => (first, max),
-        _ => (SUBMIT_FIRST, SUBMIT_MAX),
+        _ => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!(
+                    "adeadvm: ignoring {SUBMIT_ENV}={v:?}: not FIRST,MAX with 1 <= FIRST <= MAX, or off; using {SUBMIT_FIRST},{SUBMIT_MAX}"
+                )
+            });
+            (SUBMIT_FIRST, SUBMIT_MAX)
+        }
     }
 }
 

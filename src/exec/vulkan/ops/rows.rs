@@ -153,10 +153,24 @@ impl GemmTile {
     /// k by 8 or 16, fully unrolled or not) and 64x128 tiles of 4x8 did no better.
     fn chosen(rec: &Recorder, tiles_of: impl Fn(GemmTile) -> u64) -> GemmTile {
         static FORCED: std::sync::OnceLock<Option<GemmTile>> = std::sync::OnceLock::new();
-        let forced =
-            FORCED.get_or_init(|| std::env::var("ADEADVM_GEMM_TILE").ok().and_then(|s| GemmTile::parse(&s)));
-        if let Some(t) = forced.filter(|t| t.unusable(rec).is_none()) {
-            return t;
+        let forced = FORCED.get_or_init(|| {
+            let s = std::env::var("ADEADVM_GEMM_TILE").ok()?;
+            let tile = GemmTile::parse(&s);
+            if tile.is_none() {
+                eprintln!(
+                    "adeadvm: ignoring ADEADVM_GEMM_TILE={s:?}: not BMxBNxBK/TMxTN (e.g. 128x64x16/8x4)"
+                );
+            }
+            tile
+        });
+        if let Some(t) = *forced {
+            match t.unusable(rec) {
+                None => return t,
+                Some(why) => {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| eprintln!("adeadvm: ignoring ADEADVM_GEMM_TILE: {why}"));
+                }
+            }
         }
         let usable = |t: &GemmTile| t.unusable(rec).is_none();
         if usable(&GemmTile::LARGE) && tiles_of(GemmTile::LARGE) >= LARGE_MIN_TILES {
