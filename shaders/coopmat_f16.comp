@@ -23,9 +23,13 @@
 #extension GL_EXT_control_flow_attributes : require
 #include "matmul_common.glsl"
 
-// The subgroup grid (CM_WARPS_M x CM_WARPS_N subgroups of 32) and k staged per chunk. Measured
-// on an H100 (TFLOP/s at 4096^2): 2x4 subgroups k by 32 79, by 64 100; 2x2 by 32 102 (chosen:
-// less shared memory), by 64 86 (255 registers); 4x2 by 64 101.
+// The output tile (CM_BM x CM_BN), the subgroup grid (CM_WARPS_M x CM_WARPS_N subgroups of 32)
+// and k staged per chunk. Measured on an H100 (TFLOP/s at 4096^2): 128x128 in 2x4 subgroups k by
+// 32 79, by 64 100; 2x2 by 32 102 (chosen: less shared memory), by 64 86 (255 registers); 4x2
+// by 64 101. At 8192^2 (session 5): the chosen one 132; 2x2 by 16 96; 4x2 and 2x4 by 32 92;
+// 256x128 in 4x2 by 16 108, 128x256 in 2x4 by 16 112 (larger tiles fit the 48 KiB only with
+// k by 16). A launch covers 128x128 tiles (ops::rows::matmul_coopmat_f16), so larger tiles
+// work as they are (the spare workgroups return) but smaller ones need the launcher changed.
 #ifndef CM_WARPS_M
 #define CM_WARPS_M 2
 #define CM_WARPS_N 2
@@ -36,20 +40,28 @@
 #define CM_WG (32 * CM_WARPS_M * CM_WARPS_N)
 layout(local_size_x = CM_WG) in;
 
-const uint BM = 128u;
-const uint BN = 128u;
+#ifndef CM_BM // multiples of 128
+#define CM_BM 128
+#define CM_BN 128
+#endif
+const uint BM = CM_BM;
+const uint BN = CM_BN;
 const uint BK = CM_BK;
 const uint WG = CM_WG;
 const uint PAD = 8u;               // halves of padding per staged row
 const uint WARPS_N = CM_WARPS_N;
 const uint WM = BM / CM_WARPS_M;   // a subgroup's block
 const uint WN = BN / CM_WARPS_N;
-const uint LOADS = BM * BK / (8u * WG); // runs of 8 halves each thread stages per operand
+const uint LOADS_A = BM * BK / (8u * WG); // runs of 8 halves each thread stages of a
+const uint LOADS_B = BN * BK / (8u * WG); // and of b
 const uint FM = WM / 16u;          // accumulator tiles per subgroup
 const uint FN = WN / 16u;
 const uint PITCH_K = BK + PAD;     // halves per staged row when k is contiguous
-const uint PITCH_MN = BM + PAD;    // halves per staged row when m (or n) is contiguous
-const uint STAGE = BM * PITCH_K;   // halves per staged operand (the larger of the two layouts)
+const uint PITCH_AM = BM + PAD;    // halves per staged row of a when m is contiguous
+const uint PITCH_BN = BN + PAD;    // halves per staged row of b when n is contiguous
+// Halves per staged operand (the larger of its two layouts).
+const uint STAGE_A = max(BM * PITCH_K, BK * PITCH_AM);
+const uint STAGE_B = max(BN * PITCH_K, BK * PITCH_BN);
 
 // f16 views of the operands and the output (same bindings as matmul_common's f32 views).
 layout(set = 0, binding = 0) buffer Y16 { float16_t y16[]; };
@@ -61,14 +73,15 @@ layout(set = 0, binding = 2) readonly buffer B16 { float16_t b16[]; };
 #ifndef CM_STAGES
 #define CM_STAGES 2
 #endif
-const uint STAGE8 = STAGE / 8u;     // uvec4s per staged operand
-shared uvec4 As[CM_STAGES * STAGE8]; // 8 halves an element: coopMatLoadNV reads them as f16
-shared uvec4 Bs[CM_STAGES * STAGE8];
+const uint STAGE8_A = STAGE_A / 8u; // uvec4s per staged operand
+const uint STAGE8_B = STAGE_B / 8u;
+shared uvec4 As[CM_STAGES * STAGE8_A]; // 8 halves an element: coopMatLoadNV reads them as f16
+shared uvec4 Bs[CM_STAGES * STAGE8_B];
 shared float Cs[(WG / 32u) * 256u]; // one 16x16 accumulator tile per subgroup, for the epilogue
 
 uint M, N, K, row0, col0, aoff, boff;
 bool ta, tb, a_vec, b_vec;
-uvec4 ra[LOADS], rb[LOADS]; // the next chunk (8 halves each), between global and shared
+uvec4 ra[LOADS_A], rb[LOADS_B]; // the next chunk (8 halves each), between global and shared
 
 // Eight consecutive halves of a stored operand from element `base`, `n_in` of them in range.
 #define COOPMAT_LOAD8(name, x8, x16, vec_ok)                                          \
@@ -95,7 +108,7 @@ uvec4 load_a(uint l, uint k0) {
         uint r = idx / (BK / 8u), c = (idx % (BK / 8u)) * 8u;
         return row0 + r < M ? load8_a(aoff + (row0 + r) * K + k0 + c, in_range8(k0 + c, K)) : uvec4(0u);
     }
-    uint r = idx / 16u, c = (idx % 16u) * 8u; // [K, M]: BK rows of k, 16 runs of m
+    uint r = idx / (BM / 8u), c = (idx % (BM / 8u)) * 8u; // [K, M]: BK rows of k, BM / 8 runs of m
     return k0 + r < K ? load8_a(aoff + (k0 + r) * M + row0 + c, in_range8(row0 + c, M)) : uvec4(0u);
 }
 uvec4 load_b(uint l, uint k0) {
@@ -104,27 +117,32 @@ uvec4 load_b(uint l, uint k0) {
         uint r = idx / (BK / 8u), c = (idx % (BK / 8u)) * 8u;
         return col0 + r < N ? load8_b(boff + (col0 + r) * K + k0 + c, in_range8(k0 + c, K)) : uvec4(0u);
     }
-    uint r = idx / 16u, c = (idx % 16u) * 8u; // [K, N]: BK rows of k, 16 runs of n
+    uint r = idx / (BN / 8u), c = (idx % (BN / 8u)) * 8u; // [K, N]: BK rows of k, BN / 8 runs of n
     return k0 + r < K ? load8_b(boff + (k0 + r) * N + col0 + c, in_range8(col0 + c, N)) : uvec4(0u);
 }
 
-// Where run `l` of this thread goes in its staged tile, in units of 8 halves.
-uint stage_at(uint l, bool k_contiguous) {
+// Where run `l` of this thread goes in its staged tile (BX elements of the other dimension,
+// rows of PITCH_X halves when that dimension is contiguous), in units of 8 halves.
+uint stage_at(uint l, bool k_contiguous, uint BX, uint PITCH_X) {
     uint idx = l * WG + gl_LocalInvocationID.x;
     return k_contiguous ? ((idx / (BK / 8u)) * PITCH_K + (idx % (BK / 8u)) * 8u) / 8u
-                        : ((idx / 16u) * PITCH_MN + (idx % 16u) * 8u) / 8u;
+                        : ((idx / (BX / 8u)) * PITCH_X + (idx % (BX / 8u)) * 8u) / 8u;
 }
 
 void store_chunk(uint buf) {
-    [[unroll]] for (uint l = 0u; l < LOADS; l++) {
-        As[buf * STAGE8 + stage_at(l, !ta)] = ra[l];
-        Bs[buf * STAGE8 + stage_at(l, tb)] = rb[l];
+    [[unroll]] for (uint l = 0u; l < LOADS_A; l++) {
+        As[buf * STAGE8_A + stage_at(l, !ta, BM, PITCH_AM)] = ra[l];
+    }
+    [[unroll]] for (uint l = 0u; l < LOADS_B; l++) {
+        Bs[buf * STAGE8_B + stage_at(l, tb, BN, PITCH_BN)] = rb[l];
     }
 }
 
 void load_chunk(uint k0) {
-    [[unroll]] for (uint l = 0u; l < LOADS; l++) {
+    [[unroll]] for (uint l = 0u; l < LOADS_A; l++) {
         ra[l] = load_a(l, k0);
+    }
+    [[unroll]] for (uint l = 0u; l < LOADS_B; l++) {
         rb[l] = load_b(l, k0);
     }
 }
@@ -175,7 +193,7 @@ void main() {
         if (more) {
             load_chunk(k0 + BK);
         }
-        uint base = buf * STAGE8;
+        uint base_a = buf * STAGE8_A, base_b = buf * STAGE8_B;
 #else
     for (uint k0 = 0u; k0 < K; k0 += BK) {
         store_chunk(0u);
@@ -183,7 +201,7 @@ void main() {
         if (k0 + BK < K) {
             load_chunk(k0 + BK); // in flight while this chunk multiplies
         }
-        const uint base = 0u;
+        const uint base_a = 0u, base_b = 0u;
 #endif
         [[unroll]] for (uint kk = 0u; kk < BK; kk += 16u) {
             fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> fa[FM];
@@ -191,17 +209,17 @@ void main() {
             [[unroll]] for (uint i = 0u; i < FM; i++) {
                 uint r = wm + i * 16u;
                 if (!ta) {
-                    coopMatLoadNV(fa[i], As, base + (r * PITCH_K + kk) / 8u, PITCH_K / 8u, false);
+                    coopMatLoadNV(fa[i], As, base_a + (r * PITCH_K + kk) / 8u, PITCH_K / 8u, false);
                 } else {
-                    coopMatLoadNV(fa[i], As, base + (kk * PITCH_MN + r) / 8u, PITCH_MN / 8u, true);
+                    coopMatLoadNV(fa[i], As, base_a + (kk * PITCH_AM + r) / 8u, PITCH_AM / 8u, true);
                 }
             }
             [[unroll]] for (uint j = 0u; j < FN; j++) {
                 uint c = wn + j * 16u;
                 if (!tb) {
-                    coopMatLoadNV(fb[j], Bs, base + (kk * PITCH_MN + c) / 8u, PITCH_MN / 8u, false);
+                    coopMatLoadNV(fb[j], Bs, base_b + (kk * PITCH_BN + c) / 8u, PITCH_BN / 8u, false);
                 } else {
-                    coopMatLoadNV(fb[j], Bs, base + (c * PITCH_K + kk) / 8u, PITCH_K / 8u, true);
+                    coopMatLoadNV(fb[j], Bs, base_b + (c * PITCH_K + kk) / 8u, PITCH_K / 8u, true);
                 }
             }
             [[unroll]] for (uint i = 0u; i < FM; i++) {
