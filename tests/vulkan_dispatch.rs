@@ -15,7 +15,7 @@ use adeadvm::exec::cpu::SimdLevel;
 use adeadvm::exec::vulkan::ops::data;
 use adeadvm::exec::vulkan::{Device, Recorder, VulkanExec, PUSH_DESCRIPTORS_ENV};
 use adeadvm::isa::Tier;
-use adeadvm::vm::{Backend, VmConfig};
+use adeadvm::vm::{Backend, Vm, VmConfig};
 use common::vk::{exec, required};
 use common::*;
 
@@ -184,6 +184,105 @@ fn the_descriptor_set_fallback_gives_the_same_bits_in_a_run() {
     let want = run("cpu", "1", "cpu.npy");
     assert_eq!(run("vulkan", "1", "push.npy"), want, "with push descriptors");
     assert_eq!(run("vulkan", "0", "sets.npy"), want, "with descriptor sets");
+}
+
+/// The chain with its start as an input, a GATHER through an input table and a MATMUL with a
+/// constant: what a model's repeated runs look like.
+fn rerun_program(steps: usize) -> String {
+    let mut s = String::from(
+        ".input %x f32[777]\n.input %ids i32[5]\n.const %y f32[777] = rand(6)\n.const %w f32[777, 9] = rand(7)\n\
+         .output y0 f32[777]\n.output y f32[777]\n.output g f32[5, 9]\n\
+         ALLOC %a: f32[777]\nALLOC %b: f32[777]\nALLOC %t: f32[777]\nALLOC %g: f32[5, 9]\n\
+         COPY %a, %x\nCOPY %b, %y\nGATHER %g, %w, %ids\nSTORE g, %g\n",
+    );
+    for i in 0..steps {
+        s.push_str("MUL %a, %a, 1.7\nADD %a, %a, %b\nTANH %a, %a\nMUL %b, %b, 0.9\nMUL %t, %a, 0.1\nADD %b, %b, %t\n");
+        if i == steps / 2 {
+            s.push_str("STORE y0, %a\n");
+        }
+    }
+    s.push_str("STORE y, %b\nFREE %a\nFREE %b\nFREE %t\nFREE %g\n");
+    s
+}
+
+/// Runs of one VM with new inputs each time: every run gives the CPU's bits, and from the third
+/// run on (the first also uploads the constants, which shifts its sub-batches) every sub-batch
+/// is submitted from the command buffer the previous run encoded, where the device has push
+/// descriptors (with descriptor sets, none is).
+#[test]
+fn later_runs_reuse_command_buffers_and_keep_the_bits() {
+    let Some(ex) = exec() else { return };
+    let p = build(&rerun_program(200));
+    let cpu = VmConfig {
+        simd: Some(SimdLevel::Scalar),
+        threads: Some(1),
+        backend: Backend::Cpu,
+        ..VmConfig::default()
+    };
+    let mut vm =
+        Vm::new(p.clone(), VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() })
+            .unwrap();
+    let pushes = ex.device().uses_push_descriptors();
+    for run in 0..5u64 {
+        let x = f32s(&[777], &Rng(100 + run).vec(777, -1.0, 1.0));
+        let ids = i32s(&[5], &[run as i32, 3, 8, 776 - run as i32, 0]);
+        let want = run_with(&p, &[("x", x.clone()), ("ids", ids.clone())], cpu.clone()).unwrap();
+        vm.set_input("x", x).unwrap();
+        vm.set_input("ids", ids).unwrap();
+        let stats = vm.run().unwrap();
+        for (name, w) in &want {
+            assert!(
+                w.bytes() == vm.output(name).unwrap().bytes(),
+                "run {run}: output {name} differs from the CPU"
+            );
+        }
+        println!("run {run}: {} submissions, {} reused", stats.gpu_submissions, stats.gpu_reused);
+        assert!(stats.gpu_submissions >= 10, "run {run}: {} submissions", stats.gpu_submissions);
+        if run == 0 || !pushes {
+            assert_eq!(stats.gpu_reused, 0, "run {run}");
+        } else if run >= 2 {
+            assert_eq!(stats.gpu_reused, stats.gpu_submissions, "run {run}: every sub-batch reused");
+        }
+    }
+}
+
+/// A sub-batch whose commands differ from the previous run's in one push constant is encoded
+/// again (and computes with the new value); the others are reused.
+#[test]
+fn a_changed_command_is_encoded_again() {
+    let Some(ex) = exec() else { return };
+    if !ex.device().uses_push_descriptors() {
+        println!("skipped: {} has no push descriptors, so nothing is cached", ex.device().info().name);
+        return;
+    }
+    let k = ex.kernels();
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let x = ex.alloc(4 * 64).unwrap();
+    const ADDS: usize = 300;
+    let mut run = |changed: Option<usize>| {
+        rec.begin_run();
+        let (subs, reused) = (rec.submissions(), rec.reused());
+        data::fill(k, &mut rec, &x, 64, 0).unwrap();
+        for i in 0..ADDS {
+            let v = if Some(i) == changed { 2.0 } else { 1.0 };
+            data::binary_scalar(k, &mut rec, Binary::Add, &x, &x, v, 64).unwrap();
+        }
+        let d = rec.download(&x).unwrap();
+        rec.flush().unwrap();
+        let mut out = vec![0u8; 4 * 64];
+        rec.read(&d, &mut out).unwrap();
+        rec.clear_downloads();
+        (bytemuck::pod_collect_to_vec::<u8, f32>(&out), rec.submissions() - subs, rec.reused() - reused)
+    };
+    let (first, subs, reused) = run(None);
+    assert!(first.iter().all(|&v| v == ADDS as f32) && subs >= 5 && reused == 0, "{subs} {reused}");
+    let (same, subs2, reused) = run(None);
+    assert!(same == first && subs2 == subs && reused == subs, "{subs2} submissions, {reused} reused");
+    let (changed, subs3, reused) = run(Some(250));
+    assert!(changed.iter().all(|&v| v == ADDS as f32 + 1.0), "the changed constant was not used");
+    assert_eq!((subs3, reused), (subs, subs - 1), "only the changed sub-batch is encoded again");
+    let (back, _, reused) = run(None);
+    assert!(back == first && reused == subs - 1, "{reused}");
 }
 
 /// Nanoseconds this thread has run on a CPU, or None.

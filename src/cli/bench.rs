@@ -189,9 +189,13 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let mut gpu_samples = Vec::with_capacity(a.iters);
     // Per instruction, the host's own time (wall less submissions and GPU waits).
     let mut host_samples = Vec::with_capacity(a.iters);
+    // GPU submissions of the timed runs, and how many reused an earlier run's command buffer.
+    let (mut submissions, mut reused) = (0, 0);
     for _ in 0..a.iters {
         if index == usize::MAX {
             let stats = vm.run()?;
+            submissions += stats.gpu_submissions;
+            reused += stats.gpu_reused;
             samples.push(stats.elapsed / stats.steps.max(1) as u32);
             host_samples.push(stats.elapsed.saturating_sub(stats.gpu_wait) / stats.steps.max(1) as u32);
         } else {
@@ -215,7 +219,10 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         a.kernel.to_possible_value().map_or_else(|| format!("{:?}", a.kernel), |v| v.get_name().to_string());
     let level = vm.simd_level().name();
     if a.json {
-        let host = host.map_or(String::new(), |h| format!(",\"host_seconds\":{h:e}"));
+        let mut host = host.map_or(String::new(), |h| format!(",\"host_seconds\":{h:e}"));
+        if submissions > 0 {
+            host.push_str(&format!(",\"gpu_submissions\":{submissions},\"gpu_reused\":{reused}"));
+        }
         println!(
             "{{\"kernel\":\"{name}\",\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e}{host},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
             a.tier,
@@ -238,9 +245,10 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     };
     let timed_by = match (gpu, host) {
         (Some(_), _) => format!("GPU timestamps; {:.3} ms wall with submit and wait", wall * 1e3),
-        (None, Some(h)) if a.backend != "cpu" => {
-            format!("wall; the host's own share {:.0} ns, the rest submitting and waiting", h * 1e9)
-        }
+        (None, Some(h)) if a.backend != "cpu" => format!(
+            "wall; the host's own share {:.0} ns, the rest submitting and waiting; {reused} of {submissions} submissions reused an earlier run's command buffer",
+            h * 1e9
+        ),
         _ => "wall".into(),
     };
     println!(

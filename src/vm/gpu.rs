@@ -1,5 +1,7 @@
 //! The VM's Vulkan path: a device arena laid out by the same memory plan as the host arena,
-//! constants uploaded once per VM, inputs once per binding, and every tensor instruction
+//! constants uploaded once per VM, inputs once per binding (into the same device buffer while
+//! an input keeps its byte length, so that a run's commands can equal the previous run's and
+//! reuse its command buffers), and every tensor instruction
 //! recorded into a [`Recorder`], which submits full sub-batches on its own while recording goes
 //! on; the VM waits for the GPU at GPU_SYNC and when the host needs a result (STORE, an
 //! observer, a CPU instruction in `auto` placement).
@@ -115,8 +117,9 @@ pub(super) struct Gpu {
     rec: Recorder,
     /// Per tensor id: constants, uploaded on first use and kept for the VM's life.
     consts: Vec<Option<Slice>>,
-    /// Per input: its upload, dropped when the input is bound again.
-    inputs: Vec<Option<Slice>>,
+    /// Per input: its device copy, and whether it holds the bytes bound now (an input bound
+    /// again is uploaded again, into the same slice when the length is the same).
+    inputs: Vec<Option<(Slice, bool)>>,
     arena: Option<Arc<Buffer>>,
     scratch: Option<Arc<Buffer>>,
     scratch_used: u64,
@@ -166,10 +169,10 @@ impl Gpu {
         &self.exec.device().info().name
     }
 
-    /// Forgets the upload of input `k` (it was bound again).
+    /// Marks the upload of input `k` stale (it was bound again).
     pub(super) fn input_changed(&mut self, k: usize) {
-        if let Some(s) = self.inputs.get_mut(k) {
-            *s = None;
+        if let Some(Some((_, current))) = self.inputs.get_mut(k) {
+            *current = false;
         }
     }
 
@@ -242,6 +245,7 @@ impl Gpu {
             self.rec = Recorder::new(self.exec.device())?;
         }
         self.rec.clear_downloads();
+        self.rec.begin_run();
         self.gathers.clear();
         self.pending_outputs.clear();
         self.valid.iter_mut().for_each(|v| *v = Valid::Nowhere);
@@ -261,6 +265,12 @@ impl Gpu {
     /// Host time spent in submissions and waits for the GPU since the recorder was made.
     pub(super) fn waited(&self) -> Duration {
         self.rec.waited()
+    }
+
+    /// Queue submissions since the recorder was made, and how many of them reused a command
+    /// buffer recorded by an earlier run.
+    pub(super) fn submissions(&self) -> (u64, u64) {
+        (self.rec.submissions(), self.rec.reused())
     }
 
     /// GPU time between two timestamps of the batch flushed last.
@@ -478,11 +488,17 @@ impl Vm {
                 Ok(s)
             }
             Loc::Input(k) => {
-                if g.inputs[k].is_none() {
-                    let s = g.exec.upload(&mut g.rec, host_bytes)?;
-                    g.inputs[k] = Some(s);
+                match &mut g.inputs[k] {
+                    Some((_, true)) => {}
+                    // The previous run's reads of it have finished: every run ends with a flush,
+                    // and a run that failed mid-batch gets a new recorder (which waits first).
+                    Some((s, current)) if s.len == host_bytes.len() as u64 => {
+                        g.rec.upload(s, host_bytes)?;
+                        *current = true;
+                    }
+                    stale => *stale = Some((g.exec.upload(&mut g.rec, host_bytes)?, true)),
                 }
-                Ok(g.inputs[k].clone().expect("just uploaded"))
+                Ok(g.inputs[k].as_ref().expect("just uploaded").0.clone())
             }
             Loc::Const(i) => {
                 if g.consts[i].is_none() {

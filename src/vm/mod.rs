@@ -142,6 +142,11 @@ pub struct RunStats {
     /// Of `elapsed`, the time the host spent in queue submissions and waiting for the GPU
     /// (zero without a device): `elapsed - gpu_wait` is the host's own work.
     pub gpu_wait: Duration,
+    /// GPU queue submissions this run made (each a sub-batch of recorded commands).
+    pub gpu_submissions: u64,
+    /// Of those, the ones that ran a command buffer recorded by an earlier run of this VM
+    /// (the same commands with the same bindings: see exec::vulkan::stream).
+    pub gpu_reused: u64,
 }
 
 /// Where a tensor's bytes live during a run.
@@ -381,6 +386,8 @@ impl Vm {
         if let Some(g) = &mut self.gpu {
             g.begin_run(&plan, self.config.max_device_memory)?;
         }
+        // After begin_run, which may replace the recorder (and its counters).
+        let (submitted0, reused0) = self.gpu.as_ref().map_or((0, 0), |g| g.submissions());
         let mut locs = Vec::with_capacity(p.tensors.len());
         let mut next_input = 0;
         for (i, t) in p.tensors.iter().enumerate() {
@@ -495,7 +502,16 @@ impl Vm {
         }
         self.gpu_finish(p)?;
         let gpu_wait = self.gpu.as_ref().map_or(Duration::ZERO, |g| g.waited().saturating_sub(waited0));
-        Ok(RunStats { steps, elapsed: start.elapsed(), arena_bytes: plan.peak_bytes, concurrent, gpu_wait })
+        let (submitted, reused) = self.gpu.as_ref().map_or((0, 0), |g| g.submissions());
+        Ok(RunStats {
+            steps,
+            elapsed: start.elapsed(),
+            arena_bytes: plan.peak_bytes,
+            concurrent,
+            gpu_wait,
+            gpu_submissions: submitted - submitted0,
+            gpu_reused: reused - reused0,
+        })
     }
 
     fn bytes_of(&self, loc: &Loc) -> &[u8] {

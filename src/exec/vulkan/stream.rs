@@ -27,6 +27,18 @@
 //! - With VK_KHR_push_descriptor a dispatch pushes its bindings; otherwise it allocates a set
 //!   from its slot's descriptor pool, and a slot whose pool is full is submitted early. Results
 //!   do not depend on where sub-batches begin and end.
+//!
+//! Command buffers are reused across runs of a program. A sub-batch's commands are kept as a
+//! [`CommandLog`] (every parameter of every Vulkan command, by value) and encoded into a command
+//! buffer only when the sub-batch is submitted. After [`Recorder::begin_run`] sub-batches are
+//! numbered from 0; when sub-batch `n`'s log equals, command for command, the log of sub-batch
+//! `n` of the previous run, the command buffer encoded then is submitted again instead. That is
+//! exactly the same work: the log names every buffer, offset, pipeline, push constant and
+//! workgroup count, and the cache holds every buffer and kernel its command buffers name, so no
+//! handle in a cached log can be freed and reused for another object. A cached command buffer
+//! is submitted again only once its previous submission has finished. Sub-batches that use
+//! descriptor sets (devices without push descriptors) are never cached: their sets live in the
+//! slot's pool, reset after each fence.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -51,6 +63,9 @@ pub const SUBMIT_MAX: u32 = 64;
 /// commands (e.g. `8,64`, the default), or `off` for one submission per flush (as long as
 /// a slot's descriptor pool lasts).
 pub const SUBMIT_ENV: &str = "ADEADVM_VULKAN_SUBMIT";
+/// Environment variable that turns the reuse of command buffers across runs off (`0`; a
+/// tuning aid, to measure what it saves): see [`Recorder::begin_run`].
+pub const REUSE_ENV: &str = "ADEADVM_VULKAN_REUSE";
 /// Sub-batches recorded or in flight at once: with all of them in flight, recording waits for
 /// the oldest.
 const MAX_SLOTS: usize = 4;
@@ -64,6 +79,9 @@ const SLOT_DESCRIPTORS: u32 = SLOT_SETS * MAX_BINDINGS;
 const STAGING_CHUNK: u64 = 4 << 20;
 /// Timestamps one flush may write (more are skipped: [`Recorder::timestamp`] returns None).
 const BATCH_TIMESTAMPS: u32 = 4096;
+/// Sub-batches of one run whose command buffers are kept for the next run (later ones are
+/// encoded every time): bounds what the cache holds alive.
+const CACHED_SUB_BATCHES: usize = 4096;
 
 /// A GPU timestamp recorded by [`Recorder::timestamp`], readable after its flush.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,6 +167,200 @@ impl Access {
         Access { buffer: vk::Buffer::null(), start: 0, end: 0, write: false, transfer: false };
 }
 
+/// A byte range of a buffer bound to a dispatch (a `vk::DescriptorBufferInfo` that compares).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BufferRange {
+    buffer: vk::Buffer,
+    offset: u64,
+    range: u64,
+}
+
+/// One Vulkan command of a sub-batch, with every parameter by value (see [`CommandLog`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cmd {
+    /// A barrier from the stages and writes it retires to every later compute or transfer access.
+    Barrier {
+        src_stages: vk::PipelineStageFlags,
+        src_access: vk::AccessFlags,
+    },
+    Bind(vk::Pipeline),
+    /// Push descriptors: `ranges[first..first + count]` at bindings 0...
+    PushDescriptors {
+        layout: vk::PipelineLayout,
+        first: u32,
+        count: u32,
+    },
+    /// A descriptor set from the slot's pool (the path without push descriptors).
+    BindSet {
+        layout: vk::PipelineLayout,
+        set: vk::DescriptorSet,
+    },
+    /// Push constants: `words[first..first + count]`.
+    PushConstants {
+        layout: vk::PipelineLayout,
+        first: u32,
+        count: u32,
+    },
+    Dispatch([u32; 3]),
+    Copy {
+        src: vk::Buffer,
+        dst: vk::Buffer,
+        src_offset: u64,
+        dst_offset: u64,
+        size: u64,
+    },
+    ResetQueries(vk::QueryPool),
+    Timestamp(vk::QueryPool, u32),
+    /// The end of a sub-batch with downloads: transfer writes made visible to the host.
+    ToHost,
+}
+
+/// A sub-batch's commands, kept until it is submitted: two logs that compare equal encode the
+/// same command buffer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct CommandLog {
+    cmds: Vec<Cmd>,
+    ranges: Vec<BufferRange>,
+    words: Vec<u32>,
+    /// False once a command names an object that does not outlive the sub-batch (a descriptor
+    /// set of the slot's pool).
+    cacheable: bool,
+}
+
+impl CommandLog {
+    fn clear(&mut self) {
+        self.cmds.clear();
+        self.ranges.clear();
+        self.words.clear();
+        self.cacheable = true;
+    }
+
+    /// Records the log into `cmd`, which is recording.
+    ///
+    /// # Safety
+    /// `cmd` is in the recording state; every object the log names is live, and stays so
+    /// until `cmd` has finished executing (or is reset); descriptor sets it binds are updated.
+    unsafe fn encode(&self, dev: &Device, cmd: vk::CommandBuffer) {
+        let d = dev.raw();
+        for c in &self.cmds {
+            // SAFETY (every arm): by the contract above; the parameters were checked when the
+            // command was logged (bindings against the kernel's layout, workgroup counts
+            // against the device's limits, copies within their buffers).
+            unsafe {
+                match *c {
+                    Cmd::Barrier { src_stages, src_access } => {
+                        let mb = [vk::MemoryBarrier::default().src_access_mask(src_access).dst_access_mask(
+                            vk::AccessFlags::SHADER_READ
+                                | vk::AccessFlags::SHADER_WRITE
+                                | vk::AccessFlags::TRANSFER_READ
+                                | vk::AccessFlags::TRANSFER_WRITE,
+                        )];
+                        d.cmd_pipeline_barrier(
+                            cmd,
+                            src_stages,
+                            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                            vk::DependencyFlags::empty(),
+                            &mb,
+                            &[],
+                            &[],
+                        );
+                    }
+                    Cmd::Bind(pipeline) => d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline),
+                    Cmd::PushDescriptors { layout, first, count } => {
+                        let ranges = &self.ranges[first as usize..(first + count) as usize];
+                        let pd = dev.push_descriptor.as_ref().expect("logged only where the device pushes");
+                        with_writes(ranges, |writes| {
+                            pd.cmd_push_descriptor_set(cmd, vk::PipelineBindPoint::COMPUTE, layout, 0, writes)
+                        });
+                    }
+                    Cmd::BindSet { layout, set } => d.cmd_bind_descriptor_sets(
+                        cmd,
+                        vk::PipelineBindPoint::COMPUTE,
+                        layout,
+                        0,
+                        &[set],
+                        &[],
+                    ),
+                    Cmd::PushConstants { layout, first, count } => d.cmd_push_constants(
+                        cmd,
+                        layout,
+                        vk::ShaderStageFlags::COMPUTE,
+                        0,
+                        bytemuck::cast_slice(&self.words[first as usize..(first + count) as usize]),
+                    ),
+                    Cmd::Dispatch([x, y, z]) => d.cmd_dispatch(cmd, x, y, z),
+                    Cmd::Copy { src, dst, src_offset, dst_offset, size } => {
+                        d.cmd_copy_buffer(cmd, src, dst, &[vk::BufferCopy { src_offset, dst_offset, size }])
+                    }
+                    Cmd::ResetQueries(pool) => d.cmd_reset_query_pool(cmd, pool, 0, BATCH_TIMESTAMPS),
+                    Cmd::Timestamp(pool, query) => {
+                        d.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, query)
+                    }
+                    Cmd::ToHost => {
+                        let mb = [vk::MemoryBarrier::default()
+                            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                            .dst_access_mask(vk::AccessFlags::HOST_READ)];
+                        d.cmd_pipeline_barrier(
+                            cmd,
+                            vk::PipelineStageFlags::TRANSFER,
+                            vk::PipelineStageFlags::HOST,
+                            vk::DependencyFlags::empty(),
+                            &mb,
+                            &[],
+                            &[],
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Calls `f` with storage-buffer descriptor writes of `ranges` at bindings 0.. (on the stack up
+/// to [`MAX_BINDINGS`]); their `dst_set` is null.
+fn with_writes<R>(ranges: &[BufferRange], f: impl FnOnce(&mut [vk::WriteDescriptorSet]) -> R) -> R {
+    let n = ranges.len();
+    let mut info_inline = [vk::DescriptorBufferInfo::default(); INLINE];
+    let mut info_heap;
+    let infos: &mut [vk::DescriptorBufferInfo] = if n <= INLINE {
+        &mut info_inline[..n]
+    } else {
+        info_heap = vec![vk::DescriptorBufferInfo::default(); n];
+        &mut info_heap
+    };
+    for (info, r) in infos.iter_mut().zip(ranges) {
+        *info = vk::DescriptorBufferInfo { buffer: r.buffer, offset: r.offset, range: r.range };
+    }
+    let infos: &[vk::DescriptorBufferInfo] = infos;
+    let mut write_inline = [vk::WriteDescriptorSet::default(); INLINE];
+    let mut write_heap;
+    let writes: &mut [vk::WriteDescriptorSet] = if n <= INLINE {
+        &mut write_inline[..n]
+    } else {
+        write_heap = vec![vk::WriteDescriptorSet::default(); n];
+        &mut write_heap
+    };
+    for (i, (w, info)) in writes.iter_mut().zip(infos).enumerate() {
+        *w = vk::WriteDescriptorSet::default()
+            .dst_binding(i as u32)
+            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+            .buffer_info(std::slice::from_ref(info));
+    }
+    f(writes)
+}
+
+/// A command buffer encoded for sub-batch `n` of a run, kept for sub-batch `n` of later runs.
+struct CachedBatch {
+    cmd: vk::CommandBuffer,
+    log: CommandLog,
+    /// Everything the log names, kept (never read) so that no handle in it is freed, and
+    /// reused for another object, while the log is cached.
+    _held: Vec<Arc<Buffer>>,
+    _held_kernels: Vec<Arc<Kernel>>,
+    /// The submission that last ran it (see `Recorder::completed`).
+    submission: u64,
+}
+
 /// One sub-batch's objects: a command buffer with its pool and fence, a descriptor pool, and
 /// what its commands use, held until the fence.
 struct Slot {
@@ -164,6 +376,8 @@ struct Slot {
     held_kernels: Vec<Arc<Kernel>>,
     /// Whether it copies into download staging (it then ends with a transfer-to-host barrier).
     has_downloads: bool,
+    /// The number of its last submission.
+    submission: u64,
 }
 
 impl Slot {
@@ -182,6 +396,7 @@ impl Slot {
             held: Vec::new(),
             held_kernels: Vec::new(),
             has_downloads: false,
+            submission: 0,
         };
         let ainfo = vk::CommandBufferAllocateInfo::default()
             .command_pool(pool)
@@ -282,7 +497,9 @@ pub struct Recorder {
     submit_at: u32,
     /// The first and largest `submit_at` (SUBMIT_FIRST and SUBMIT_MAX unless SUBMIT_ENV says).
     submit_sizes: (u32, u32),
-    /// The pipeline bound in the current slot's command buffer.
+    /// The current sub-batch's commands, encoded when it is submitted.
+    log: CommandLog,
+    /// The pipeline bound by the current sub-batch's commands so far.
     bound: vk::Pipeline,
     /// Accesses since the last barrier (across sub-batches of a flush).
     pending: Vec<Access>,
@@ -309,6 +526,20 @@ pub struct Recorder {
     query_ns: Vec<u64>,
     /// Flushes so far (names the flush a [`Timestamp`] belongs to).
     batch: u64,
+    /// Whether sub-batches are numbered and cached (from the first `begin_run`, unless
+    /// REUSE_ENV is 0).
+    caching: bool,
+    reuse: bool,
+    /// The number of the next sub-batch submitted in this run.
+    sub_batch: usize,
+    /// By sub-batch number: the command buffer encoded for it in an earlier run.
+    cache: Vec<Option<CachedBatch>>,
+    /// The pool of the cached command buffers (created on first use; resettable one by one).
+    cache_pool: vk::CommandPool,
+    /// Sub-batches submitted from the cache.
+    reused: u64,
+    /// Every submission up to this number has finished (fences are waited in submission order).
+    completed: u64,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -334,6 +565,7 @@ impl Recorder {
             commands: 0,
             submit_at: submit_sizes.0,
             submit_sizes,
+            log: CommandLog::default(),
             bound: vk::Pipeline::null(),
             pending: Vec::new(),
             uploads: StagingRing::new(),
@@ -349,7 +581,28 @@ impl Recorder {
             queries_used: 0,
             query_ns: Vec::new(),
             batch: 0,
+            caching: false,
+            reuse: std::env::var(REUSE_ENV).map_or(true, |v| v.trim() != "0"),
+            sub_batch: 0,
+            cache: Vec::new(),
+            cache_pool: vk::CommandPool::null(),
+            reused: 0,
+            completed: 0,
         })
+    }
+
+    /// Starts a run of a program: sub-batches are numbered from 0 again, and from now on each
+    /// whose commands equal those of the sub-batch with the same number in the previous run is
+    /// submitted from the command buffer encoded then (see the module docs). Call it with
+    /// nothing recorded (after a flush).
+    pub fn begin_run(&mut self) {
+        self.caching = self.reuse;
+        self.sub_batch = 0;
+    }
+
+    /// Sub-batches submitted from a command buffer encoded for an earlier run.
+    pub fn reused(&self) -> u64 {
+        self.reused
     }
 
     /// The device.
@@ -396,22 +649,18 @@ impl Recorder {
         r
     }
 
-    /// The command buffer being recorded, beginning one in a free slot when none is.
-    fn begin(&mut self) -> Result<vk::CommandBuffer, VulkanError> {
+    /// The slot being recorded, taking a free one (and starting an empty log) when none is.
+    fn begin(&mut self) -> Result<usize, VulkanError> {
         self.check_usable()?;
         if let Some(i) = self.current {
-            return Ok(self.slots[i].cmd);
+            return Ok(i);
         }
         let i = self.free_slot()?;
-        let info = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        let cmd = self.slots[i].cmd;
-        // SAFETY: the slot is idle: its command buffer is in the initial state (fresh, or its
-        // pool was reset after the fence).
-        unsafe { self.dev.raw().begin_command_buffer(cmd, &info) }.map_err(check("vkBeginCommandBuffer"))?;
         self.current = Some(i);
         self.commands = 0;
         self.bound = vk::Pipeline::null();
-        Ok(cmd)
+        self.log.clear();
+        Ok(i)
     }
 
     /// An idle slot: a free one, a new one, or the oldest in flight once it has finished.
@@ -443,7 +692,7 @@ impl Recorder {
         };
         self.waited += t0.elapsed();
         match waited {
-            Ok(()) => {}
+            Ok(()) => self.completed = self.completed.max(self.slots[i].submission),
             Err(vk::Result::TIMEOUT) => {
                 return Err(VulkanError::Invalid(format!(
                     "the GPU did not finish a batch within {} s (set ADEADVM_GPU_TIMEOUT to wait longer)",
@@ -466,28 +715,11 @@ impl Recorder {
     }
 
     fn submit_slot(&mut self, i: usize) -> Result<(), VulkanError> {
-        let d = self.dev.raw();
-        let slot = &self.slots[i];
-        if slot.has_downloads {
-            let mb = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(vk::AccessFlags::HOST_READ)];
-            // SAFETY: the slot's command buffer is recording.
-            unsafe {
-                d.cmd_pipeline_barrier(
-                    slot.cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::PipelineStageFlags::HOST,
-                    vk::DependencyFlags::empty(),
-                    &mb,
-                    &[],
-                    &[],
-                )
-            };
+        if self.slots[i].has_downloads {
+            self.log.cmds.push(Cmd::ToHost);
         }
-        // SAFETY: the command buffer is recording.
-        unsafe { d.end_command_buffer(slot.cmd) }.map_err(check("vkEndCommandBuffer"))?;
-        let cmds = [slot.cmd];
+        let (cmd, cached) = self.executable(i)?;
+        let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         if super::fault::fail_submission() {
             return Err(check("vkQueueSubmit")(vk::Result::ERROR_DEVICE_LOST));
@@ -496,12 +728,106 @@ impl Recorder {
         {
             let queue = self.dev.queue.lock().unwrap_or_else(|p| p.into_inner());
             // SAFETY: the queue is externally synchronized by its lock; the command buffer is
-            // executable and the fence unsignalled (reset with its slot).
-            unsafe { d.queue_submit(*queue, &submit, slot.fence) }.map_err(check("vkQueueSubmit"))?;
+            // executable and not pending (a cached one's last submission has finished), and
+            // the fence is unsignalled (reset with its slot).
+            unsafe { self.dev.raw().queue_submit(*queue, &submit, self.slots[i].fence) }
+                .map_err(check("vkQueueSubmit"))?;
         }
         self.waited += t0.elapsed();
         self.submissions += 1;
+        self.slots[i].submission = self.submissions;
+        if let Some(n) = cached {
+            self.cache[n].as_mut().expect("cached").submission = self.submissions;
+        }
         Ok(())
+    }
+
+    /// The command buffer that runs the current log in slot `i`: sub-batch n's cached one when
+    /// the previous run's sub-batch n logged the same commands, else the log encoded afresh
+    /// (into the cache where it may be kept, else into the slot's own buffer); with the cache
+    /// index it came from or went to.
+    fn executable(&mut self, i: usize) -> Result<(vk::CommandBuffer, Option<usize>), VulkanError> {
+        let n = self.sub_batch;
+        self.sub_batch += 1;
+        if self.caching && self.log.cacheable && n < CACHED_SUB_BATCHES {
+            if self.cache.len() <= n {
+                self.cache.resize_with(n + 1, || None);
+            }
+            match &self.cache[n] {
+                Some(c) if c.submission > self.completed => {} // still running: encode afresh
+                Some(c) if c.log == self.log => {
+                    self.reused += 1;
+                    return Ok((c.cmd, Some(n)));
+                }
+                _ => {
+                    let cmd = match self.cache[n].take() {
+                        Some(c) => {
+                            // SAFETY: its last submission has finished (checked above), and
+                            // the pool allows resetting buffers one by one.
+                            unsafe {
+                                self.dev
+                                    .raw()
+                                    .reset_command_buffer(c.cmd, vk::CommandBufferResetFlags::empty())
+                            }
+                            .map_err(check("vkResetCommandBuffer"))?;
+                            c.cmd
+                        }
+                        None => self.cached_command_buffer()?,
+                    };
+                    // Kept in the cache before encoding, so that it is freed with the pool
+                    // whatever happens.
+                    let slot = &self.slots[i];
+                    self.cache[n] = Some(CachedBatch {
+                        cmd,
+                        log: self.log.clone(),
+                        _held: slot.held.clone(),
+                        _held_kernels: slot.held_kernels.clone(),
+                        submission: 0,
+                    });
+                    if let Err(e) = self.encode(cmd, vk::CommandBufferUsageFlags::empty()) {
+                        self.cache[n] = None; // the command buffer stays with the pool
+                        return Err(e);
+                    }
+                    return Ok((cmd, Some(n)));
+                }
+            }
+        }
+        let cmd = self.slots[i].cmd;
+        self.encode(cmd, vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT)?;
+        Ok((cmd, None))
+    }
+
+    /// Begins `cmd` (in the initial state) with `flags`, records the log into it and ends it.
+    fn encode(&self, cmd: vk::CommandBuffer, flags: vk::CommandBufferUsageFlags) -> Result<(), VulkanError> {
+        let d = self.dev.raw();
+        let info = vk::CommandBufferBeginInfo::default().flags(flags);
+        // SAFETY: cmd is in the initial state (fresh, reset, or its pool reset after its
+        // fence); the objects the log names are held by the slot until its fence (and by the
+        // cache entry while it is kept); descriptor sets were updated when logged.
+        unsafe {
+            d.begin_command_buffer(cmd, &info).map_err(check("vkBeginCommandBuffer"))?;
+            self.log.encode(&self.dev, cmd);
+            d.end_command_buffer(cmd).map_err(check("vkEndCommandBuffer"))
+        }
+    }
+
+    /// A new command buffer from the cache's pool (created on first use).
+    fn cached_command_buffer(&mut self) -> Result<vk::CommandBuffer, VulkanError> {
+        let d = self.dev.raw();
+        if self.cache_pool == vk::CommandPool::null() {
+            let info = vk::CommandPoolCreateInfo::default()
+                .queue_family_index(self.dev.queue_family)
+                .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+            // SAFETY: plain object creation on a live device.
+            self.cache_pool =
+                unsafe { d.create_command_pool(&info, None) }.map_err(check("vkCreateCommandPool"))?;
+        }
+        let info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(self.cache_pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool is live and used by this recorder only.
+        Ok(unsafe { d.allocate_command_buffers(&info) }.map_err(check("vkAllocateCommandBuffers"))?[0])
     }
 
     /// Counts a command recorded in the current slot; submits the slot once it holds
@@ -515,8 +841,8 @@ impl Recorder {
         Ok(())
     }
 
-    /// Records a barrier first if any of `accesses` depends on an access since the last one.
-    fn order(&mut self, cmd: vk::CommandBuffer, accesses: &[Access]) {
+    /// Logs a barrier first if any of `accesses` depends on an access since the last one.
+    fn order(&mut self, accesses: &[Access]) {
         let conflict = accesses.iter().any(|a| {
             self.pending
                 .iter()
@@ -540,26 +866,8 @@ impl Recorder {
                     }
                 }
             }
-            let dst_stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER;
-            let mb = [vk::MemoryBarrier::default().src_access_mask(src_access).dst_access_mask(
-                vk::AccessFlags::SHADER_READ
-                    | vk::AccessFlags::SHADER_WRITE
-                    | vk::AccessFlags::TRANSFER_READ
-                    | vk::AccessFlags::TRANSFER_WRITE,
-            )];
-            // SAFETY: cmd is recording (callers call begin first); src_stages is not empty (a
-            // conflict needs a pending access).
-            unsafe {
-                self.dev.raw().cmd_pipeline_barrier(
-                    cmd,
-                    src_stages,
-                    dst_stages,
-                    vk::DependencyFlags::empty(),
-                    &mb,
-                    &[],
-                    &[],
-                )
-            };
+            // src_stages is not empty: a conflict needs a pending access.
+            self.log.cmds.push(Cmd::Barrier { src_stages, src_access });
             self.barriers += 1;
             self.pending.clear();
         }
@@ -603,64 +911,48 @@ impl Recorder {
                 kernel.name()
             )));
         }
-        let mut cmd = self.begin()?;
+        let mut i = self.begin()?;
         if !pushed {
-            let slot = &self.slots[self.current.expect("begun")];
+            let slot = &self.slots[i];
             if slot.sets == SLOT_SETS || slot.descriptors_used + n as u32 > SLOT_DESCRIPTORS {
                 self.submit_current()?;
-                cmd = self.begin()?;
+                i = self.begin()?;
             }
         }
-        // Descriptor infos and accesses on the stack (on the heap past INLINE bindings).
-        let mut info_inline = [vk::DescriptorBufferInfo::default(); INLINE];
+        // Accesses on the stack (on the heap past INLINE bindings).
         let mut access_inline = [Access::NONE; INLINE];
-        let (mut info_heap, mut access_heap);
-        let (infos, accesses): (&mut [vk::DescriptorBufferInfo], &mut [Access]) = if n <= INLINE {
-            (&mut info_inline[..n], &mut access_inline[..n])
+        let mut access_heap;
+        let accesses: &mut [Access] = if n <= INLINE {
+            &mut access_inline[..n]
         } else {
-            info_heap = vec![vk::DescriptorBufferInfo::default(); n];
             access_heap = vec![Access::NONE; n];
-            (&mut info_heap, &mut access_heap)
+            &mut access_heap
         };
-        for ((b, info), access) in bindings.iter().zip(infos.iter_mut()).zip(accesses.iter_mut()) {
+        let first = self.log.ranges.len();
+        for (b, access) in bindings.iter().zip(accesses.iter_mut()) {
             let (buffer, start, end) = b.slice.span();
-            *info = vk::DescriptorBufferInfo { buffer, offset: start, range: end - start };
+            self.log.ranges.push(BufferRange { buffer, offset: start, range: end - start });
             *access = Access { buffer, start, end, write: b.write, transfer: false };
         }
-        self.order(cmd, accesses);
-        let infos: &[vk::DescriptorBufferInfo] = infos;
-        let mut write_inline = [vk::WriteDescriptorSet::default(); INLINE];
-        let mut write_heap;
-        let writes: &mut [vk::WriteDescriptorSet] = if n <= INLINE {
-            &mut write_inline[..n]
-        } else {
-            write_heap = vec![vk::WriteDescriptorSet::default(); n];
-            &mut write_heap
-        };
-        for (i, (w, info)) in writes.iter_mut().zip(infos).enumerate() {
-            *w = vk::WriteDescriptorSet::default()
-                .dst_binding(i as u32)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .buffer_info(std::slice::from_ref(info));
-        }
-        let d = self.dev.raw();
-        let slot = &mut self.slots[self.current.expect("begun")];
+        self.order(accesses);
+        let slot = &mut self.slots[i];
         if kernel.pipeline != self.bound {
-            // SAFETY: cmd is recording; the pipeline is held by the slot below until its fence.
-            unsafe { d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, kernel.pipeline) };
+            self.log.cmds.push(Cmd::Bind(kernel.pipeline));
             self.bound = kernel.pipeline;
             if !slot.held_kernels.iter().any(|k| Arc::ptr_eq(k, kernel)) {
                 slot.held_kernels.push(kernel.clone());
             }
         }
-        if let (true, Some(pd)) = (pushed, &self.dev.push_descriptor) {
-            // SAFETY: cmd is recording; the kernel's set layout was made for push descriptors
-            // (kernel.push_descriptors) and holds at most maxPushDescriptors bindings; every
-            // write names a live buffer (held below) and `infos` outlives the call.
-            unsafe {
-                pd.cmd_push_descriptor_set(cmd, vk::PipelineBindPoint::COMPUTE, kernel.layout, 0, writes)
-            };
+        if pushed {
+            // The kernel's set layout was made for push descriptors (kernel.push_descriptors)
+            // and holds at most maxPushDescriptors bindings.
+            self.log.cmds.push(Cmd::PushDescriptors {
+                layout: kernel.layout,
+                first: first as u32,
+                count: n as u32,
+            });
         } else {
+            let d = self.dev.raw();
             let pool = slot.descriptor_pool(d)?;
             let layouts = [kernel.set_layout];
             let ainfo = vk::DescriptorSetAllocateInfo::default().descriptor_pool(pool).set_layouts(&layouts);
@@ -670,36 +962,24 @@ impl Recorder {
                 unsafe { d.allocate_descriptor_sets(&ainfo) }.map_err(check("vkAllocateDescriptorSets"))?[0];
             slot.sets += 1;
             slot.descriptors_used += n as u32;
-            for w in writes.iter_mut() {
-                w.dst_set = set;
-            }
-            // SAFETY: the set is fresh and not in use; `infos` outlives the call; cmd is
-            // recording and the set stays valid until the slot's pool is reset after its fence.
-            unsafe {
-                d.update_descriptor_sets(writes, &[]);
-                d.cmd_bind_descriptor_sets(
-                    cmd,
-                    vk::PipelineBindPoint::COMPUTE,
-                    kernel.layout,
-                    0,
-                    &[set],
-                    &[],
-                );
-            }
+            with_writes(&self.log.ranges[first..], |writes| {
+                for w in writes.iter_mut() {
+                    w.dst_set = set;
+                }
+                // SAFETY: the set is fresh and not in use; every write names a live buffer
+                // (held below); the set stays valid until the slot's pool is reset after its
+                // fence, which is why the log is not cached.
+                unsafe { d.update_descriptor_sets(writes, &[]) };
+            });
+            self.log.cmds.push(Cmd::BindSet { layout: kernel.layout, set });
+            self.log.cacheable = false;
         }
-        // SAFETY: cmd is recording with the kernel's pipeline bound and its bindings set.
-        unsafe {
-            if !push.is_empty() {
-                d.cmd_push_constants(
-                    cmd,
-                    kernel.layout,
-                    vk::ShaderStageFlags::COMPUTE,
-                    0,
-                    bytemuck::cast_slice(push),
-                );
-            }
-            d.cmd_dispatch(cmd, groups[0], groups[1], groups[2]);
+        if !push.is_empty() {
+            let first = self.log.words.len() as u32;
+            self.log.words.extend_from_slice(push);
+            self.log.cmds.push(Cmd::PushConstants { layout: kernel.layout, first, count: push.len() as u32 });
         }
+        self.log.cmds.push(Cmd::Dispatch(groups));
         for b in bindings {
             slot.hold(&b.slice.buf);
         }
@@ -716,29 +996,21 @@ impl Recorder {
         if self.queries_used == BATCH_TIMESTAMPS {
             return Ok(None);
         }
-        let cmd = self.begin()?;
-        let d = self.dev.raw();
+        self.begin()?;
         if self.queries == vk::QueryPool::null() {
             let info = vk::QueryPoolCreateInfo::default()
                 .query_type(vk::QueryType::TIMESTAMP)
                 .query_count(BATCH_TIMESTAMPS);
             // SAFETY: plain object creation on a live device.
-            self.queries = unsafe { d.create_query_pool(&info, None) }.map_err(check("vkCreateQueryPool"))?;
+            self.queries = unsafe { self.dev.raw().create_query_pool(&info, None) }
+                .map_err(check("vkCreateQueryPool"))?;
         }
-        // SAFETY: cmd is recording, outside any render pass; the pool is live. A flush resets
-        // its queries before the first one it writes; later sub-batches of the flush are
-        // submitted after that reset, and query commands execute in submission order.
-        unsafe {
-            if self.queries_used == 0 {
-                d.cmd_reset_query_pool(cmd, self.queries, 0, BATCH_TIMESTAMPS);
-            }
-            d.cmd_write_timestamp(
-                cmd,
-                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                self.queries,
-                self.queries_used,
-            );
+        // A flush resets its queries before the first one it writes; later sub-batches of the
+        // flush are submitted after that reset, and query commands execute in submission order.
+        if self.queries_used == 0 {
+            self.log.cmds.push(Cmd::ResetQueries(self.queries));
         }
+        self.log.cmds.push(Cmd::Timestamp(self.queries, self.queries_used));
         self.queries_used += 1;
         Ok(Some(Timestamp { batch: self.batch, query: self.queries_used - 1 }))
     }
@@ -791,16 +1063,21 @@ impl Recorder {
         if bytes.is_empty() {
             return Ok(());
         }
-        let cmd = self.begin()?;
+        let i = self.begin()?;
         let (chunk, off) = self.uploads.alloc(&self.dev, dst.len)?;
         self.uploads.chunks[chunk].write(off, bytes)?;
         let (buffer, start, _) = dst.span();
-        self.order(cmd, &[Access { buffer, start, end: start + dst.len, write: true, transfer: true }]);
-        let region = [vk::BufferCopy { src_offset: off, dst_offset: dst.offset, size: dst.len }];
-        // SAFETY: cmd is recording; both buffers are live until the fence (dst is held, the
-        // staging chunk is reset only after a flush).
-        unsafe { self.dev.raw().cmd_copy_buffer(cmd, self.uploads.chunks[chunk].handle(), buffer, &region) };
-        self.slots[self.current.expect("begun")].hold(&dst.buf);
+        self.order(&[Access { buffer, start, end: start + dst.len, write: true, transfer: true }]);
+        // dst is held until the fence; staging chunks live as long as the recorder (their
+        // bytes are reused only after a flush).
+        self.log.cmds.push(Cmd::Copy {
+            src: self.uploads.chunks[chunk].handle(),
+            dst: buffer,
+            src_offset: off,
+            dst_offset: dst.offset,
+            size: dst.len,
+        });
+        self.slots[i].hold(&dst.buf);
         self.recorded()
     }
 
@@ -812,20 +1089,22 @@ impl Recorder {
         if src.len == 0 {
             return Ok(());
         }
-        let cmd = self.begin()?;
+        let i = self.begin()?;
         let (sb, ss, _) = src.span();
         let (db, ds, _) = dst.span();
-        self.order(
-            cmd,
-            &[
-                Access { buffer: sb, start: ss, end: ss + src.len, write: false, transfer: true },
-                Access { buffer: db, start: ds, end: ds + dst.len, write: true, transfer: true },
-            ],
-        );
-        let region = [vk::BufferCopy { src_offset: src.offset, dst_offset: dst.offset, size: src.len }];
-        // SAFETY: cmd is recording; both buffers are held until the fence.
-        unsafe { self.dev.raw().cmd_copy_buffer(cmd, sb, db, &region) };
-        let slot = &mut self.slots[self.current.expect("begun")];
+        self.order(&[
+            Access { buffer: sb, start: ss, end: ss + src.len, write: false, transfer: true },
+            Access { buffer: db, start: ds, end: ds + dst.len, write: true, transfer: true },
+        ]);
+        // Both buffers are held until the fence.
+        self.log.cmds.push(Cmd::Copy {
+            src: sb,
+            dst: db,
+            src_offset: src.offset,
+            dst_offset: dst.offset,
+            size: src.len,
+        });
+        let slot = &mut self.slots[i];
         slot.hold(&src.buf);
         slot.hold(&dst.buf);
         self.recorded()
@@ -838,16 +1117,19 @@ impl Recorder {
         if src.len == 0 {
             return Ok(ticket(0, 0));
         }
-        let cmd = self.begin()?;
+        let i = self.begin()?;
         let (chunk, off) = self.downloads.alloc(&self.dev, src.len)?;
         let (buffer, start, _) = src.span();
-        self.order(cmd, &[Access { buffer, start, end: start + src.len, write: false, transfer: true }]);
-        let region = [vk::BufferCopy { src_offset: src.offset, dst_offset: off, size: src.len }];
-        // SAFETY: cmd is recording; src is held until the fence, the chunk until clear_downloads.
-        unsafe {
-            self.dev.raw().cmd_copy_buffer(cmd, buffer, self.downloads.chunks[chunk].handle(), &region)
-        };
-        let slot = &mut self.slots[self.current.expect("begun")];
+        self.order(&[Access { buffer, start, end: start + src.len, write: false, transfer: true }]);
+        // src is held until the fence; staging chunks live as long as the recorder.
+        self.log.cmds.push(Cmd::Copy {
+            src: buffer,
+            dst: self.downloads.chunks[chunk].handle(),
+            src_offset: src.offset,
+            dst_offset: off,
+            size: src.len,
+        });
+        let slot = &mut self.slots[i];
         slot.hold(&src.buf);
         slot.has_downloads = true;
         self.has_downloads = true;
@@ -923,6 +1205,8 @@ impl Drop for Recorder {
             if self.queries != vk::QueryPool::null() {
                 d.destroy_query_pool(self.queries, None);
             }
+            // Frees the cached command buffers (the held buffers and kernels drop after).
+            d.destroy_command_pool(self.cache_pool, None);
             for slot in self.slots.iter_mut().rev() {
                 slot.destroy(d);
             }
