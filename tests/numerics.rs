@@ -580,3 +580,59 @@ fn strict_ops_equal_hardware_flush_to_zero() {
         assert_eq!(sub(a, b).to_bits(), canon(d), "sub({a:e}, {b:e})");
     }
 }
+
+/// shaders/include/strict.glsl's `strict_i_exp_normal`: `numerics::exp`'s steps on plain IEEE
+/// add, sub and mul (Rust never fuses them), which the GPU takes where |x| >= 2^-40 and x is
+/// within exp's range checks, on the claim that every operand and result there is a normal
+/// float or zero, so that the strict operations' canonicalizing and flushing change nothing.
+fn exp_on_plain_ops(x: f32) -> f32 {
+    let f = f32::from_bits;
+    let k = (x * f(0x3fb8_aa3b) + f(0x4b40_0000)) - f(0x4b40_0000);
+    let r = (x - k * f(0x3f31_7200)) - k * f(0x35bf_be8e);
+    let mut q = f(0x3950_0d01);
+    for c in [0x3ab6_0b61, 0x3c08_8889, 0x3d2a_aaab, 0x3e2a_aaab, 0x3f00_0000] {
+        q = f(c) + q * r;
+    }
+    let m = 1.0 + (r + (r * r) * q);
+    let e = ((m.to_bits() >> 23) & 0xff) as i32 + k as i32;
+    match e {
+        255.. => f32::INFINITY,
+        ..=0 => 0.0,
+        _ => f((m.to_bits() & 0x007f_ffff) | ((e as u32) << 23)),
+    }
+}
+
+/// Every `stride`-th float the GPU's plain-arithmetic exp takes: the same bits as the strict exp.
+fn plain_exp_agrees(stride: usize) {
+    let (lo, hi) = (f32::from_bits(0xc2d0_0000), f32::from_bits(0x42b1_999a)); // -104, 88.8
+    let mut checked = 0u64;
+    for sign in [0u32, 0x8000_0000] {
+        for b in (0x2b80_0000u32..=0x42d0_0000).step_by(stride) {
+            let x = f32::from_bits(b | sign);
+            if x < lo || x > hi {
+                continue;
+            }
+            checked += 1;
+            let (want, got) = (nm::exp(x), exp_on_plain_ops(x));
+            assert_eq!(
+                want.to_bits(),
+                got.to_bits(),
+                "exp({x:e} = {:#010x}): strict {want:e}, plain {got:e}",
+                x.to_bits()
+            );
+        }
+    }
+    assert!(checked > 780_000_000 / stride as u64, "{checked}");
+}
+
+#[test]
+fn gpu_exp_fast_path_is_the_strict_exp_sampled() {
+    plain_exp_agrees(31);
+}
+
+/// All 780 million floats of the fast path (about a minute in release).
+#[test]
+#[ignore]
+fn gpu_exp_fast_path_is_the_strict_exp_exhaustive() {
+    plain_exp_agrees(1);
+}

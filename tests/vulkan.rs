@@ -153,6 +153,26 @@ fn unary_ops_match_cpu_reference_bits() {
     }
 }
 
+/// The strict exp's two paths on the GPU (plain arithmetic from |x| = 2^-40, the canonicalizing
+/// steps below): around the threshold, and around every multiple of ln 2 in range, where k
+/// changes and r is smallest.
+#[test]
+fn strict_exp_paths_match_cpu_reference_bits() {
+    let Some(ex) = exec() else { return };
+    let mut x: Vec<f32> = (0x2b70_0000u32..0x2b90_0000).step_by(5).map(f32::from_bits).collect();
+    x.extend(x.clone().iter().map(|v| -v));
+    for k in -151..=128 {
+        let centre = (k as f32 * std::f32::consts::LN_2).to_bits();
+        for d in 0..400u32 {
+            x.push(f32::from_bits(centre.wrapping_add(d)));
+            x.push(f32::from_bits(centre.wrapping_sub(d)));
+        }
+    }
+    let got = ex.unary(Unary::Exp, &x).unwrap();
+    let want: Vec<f32> = x.iter().map(|&v| Unary::Exp.apply(v)).collect();
+    compare("exp", &|i| format!("x = {:#010x}", x[i].to_bits()), &want, &got);
+}
+
 #[test]
 fn binary_ops_match_cpu_reference_bits() {
     let Some(ex) = exec() else { return };
