@@ -65,7 +65,7 @@ typedef struct AdeadvmSession AdeadvmSession;
 
 // Session settings. Fill with [`adeadvm_config_default`], then change fields.
 typedef struct AdeadvmConfig {
-  // "cpu" or "auto"; NULL means "auto".
+  // "cpu", "vulkan" or "auto"; NULL means "auto".
   const char *backend;
   // An `AdeadvmTier` value.
   uint32_t tier;
@@ -75,6 +75,9 @@ typedef struct AdeadvmConfig {
   uint64_t max_memory;
   // Step budget; 0: none.
   uint64_t max_steps;
+  // Device memory budget in bytes (Vulkan): a run needing more on the device is refused
+  // before anything is allocated there; 0: the device's largest device-local heap.
+  uint64_t max_device_memory;
 } AdeadvmConfig;
 
 #ifdef __cplusplus

@@ -141,6 +141,76 @@ fn constants_splats_and_half_precision() {
     assert_eq!(p.tensors[4].dtype, DType::F16);
 }
 
+/// `npy(...)` constants are read with adeadvm's own header parser (src/npy.rs): any format
+/// version, big-endian items swapped, and a header numpy would not write refused at once with
+/// the reason, on the constant's line.
+#[test]
+fn npy_constants_read_every_version_and_refuse_bad_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let npy = |version: u8, dict: &str, data: &[u8]| {
+        let len_bytes = if version == 1 { 2 } else { 4 };
+        let mut b = b"\x93NUMPY".to_vec();
+        b.extend([version, 0]);
+        b.extend(&((dict.len() + 1) as u32).to_le_bytes()[..len_bytes]);
+        b.extend(dict.as_bytes());
+        b.push(b'\n');
+        b.extend(data);
+        b
+    };
+    let be: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_be_bytes()).collect();
+    std::fs::write(
+        dir.path().join("be.npy"),
+        npy(2, "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", &be),
+    )
+    .unwrap();
+    let le: Vec<u8> = [7i32, -8].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(
+        dir.path().join("v3.npy"),
+        npy(3, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", &le),
+    )
+    .unwrap();
+    let deep = format!(
+        "{{'descr': {}'<f4'{}, 'fortran_order': False, 'shape': (2,), }}",
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    std::fs::write(dir.path().join("deep.npy"), npy(1, &deep, &[0; 8])).unwrap();
+    std::fs::write(
+        dir.path().join("short.npy"),
+        npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", &[0; 7]),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("key.npy"),
+        npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", &[0; 8]),
+    )
+    .unwrap();
+    let opts = AsmOptions { defines: vec![], base_dir: dir.path().to_path_buf() };
+    let src = ".const %a f32[2] = npy(\"be.npy\")\n.const %b i32[2] = npy(\"v3.npy\")\n.output y f32[2]\n    STORE y, %a\n";
+    let p = assemble(src, "t.s", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let bytes = |i: usize| match p.tensors[i].kind {
+        TensorKind::Const(c) => p.const_bytes(&c).unwrap().to_vec(),
+        _ => panic!("not a constant"),
+    };
+    assert_eq!(bytes(0), [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
+    assert_eq!(bytes(1), le);
+
+    let src = ".const %c f32[2] = npy(\"deep.npy\")\n.const %d f32[2] = npy(\"short.npy\")\n.const %e f32[2] = npy(\"key.npy\")\n";
+    let err = assemble(src, "t.s", &opts).unwrap_err().to_string();
+    assert!(err.starts_with("error: `deep.npy` holds `[[[[[",), "{err}");
+    assert!(err.contains("]]]]]` data, but `%c` is f32\n"), "{err}");
+    assert!(
+        err.contains("error: cannot read `short.npy`: the data is 7 bytes, but shape [2] of <f4 needs 8\n --> t.s:2:24\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "error: cannot read `key.npy`: not a valid .npy file (unknown key 'x'; the header has exactly 'descr', 'fortran_order' and 'shape')\n --> t.s:3:24\n"
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn rand_constants_use_philox() {
     let p = asm(".const %r f32[3] = rand(5)\n.const %n f32[2] = rand(5, normal)\n");

@@ -57,6 +57,70 @@ fn asm_errors_are_reported_all_at_once_with_status_1() {
     assert!(!dir.path().join("bad.bib").exists(), "no output file on failure");
 }
 
+/// The constants of one program may take at most 2^42 bytes (`adeadvm::asm::MAX_DATA_BYTES`,
+/// src/asm/consts.rs says why: what one loaded .bib can hold). The check runs on declared sizes before
+/// any value is built or file read, so these programs are refused at once without the memory
+/// (and without `w.npy` existing), and the output file is left as it was.
+#[test]
+fn asm_refuses_constants_past_the_data_section_limit_before_building_them() {
+    assert_eq!(adeadvm::asm::MAX_DATA_BYTES, 1 << 42, "the messages below spell the limit out");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big.bib"), "old").unwrap();
+    std::fs::write(
+        dir.path().join("big.s"),
+        ".input %x f32[4]\n\
+         .const %a f32[2] = [1.0, 2.0]\n\
+         .const %w f32[1048576, 1048576] = npy(\"w.npy\")\n\
+         .const %v bf16[2147483647, 2147483647] = safetensors(\"m.safetensors\", \"v\")\n\
+         .const %z f32[2147483647, 2147483647] = zeros\n\
+         .output y f32[4]\n    STORE y, %x\n",
+    )
+    .unwrap();
+    let out = adeadvm(&["asm", "big.s"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    // %w alone would fit (2^42 bytes exactly), but not after %a's 64 bytes; %v does not fit
+    // even alone; the splat %z stores no bytes, so it takes none of the data section.
+    assert_eq!(
+        text(&out.stderr),
+        "error: constant `%w` does not fit in the program's data section (4398046511104 bytes)
+ --> big.s:3:35
+  |
+3 | .const %w f32[1048576, 1048576] = npy(\"w.npy\")
+  |                                   ^^^^^^^^^^^^ 4398046511104 bytes after the 64 bytes of the constants before it; at most 4398046511104 in all
+  |
+  = note: a program's constants together may take at most 4398046511104 bytes (2^42): a .bib is loaded as one block of memory
+
+error: constant `%v` does not fit in the program's data section (9223372028264841218 bytes)
+ --> big.s:4:42
+  |
+4 | .const %v bf16[2147483647, 2147483647] = safetensors(\"m.safetensors\", \"v\")
+  |                                          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^ 9223372028264841218 bytes after the 64 bytes of the constants before it; at most 4398046511104 in all
+  |
+  = note: a program's constants together may take at most 4398046511104 bytes (2^42): a .bib is loaded as one block of memory
+
+error: could not assemble big.s due to 2 previous errors
+"
+    );
+    assert_eq!(std::fs::read_to_string(dir.path().join("big.bib")).unwrap(), "old");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "no temporary file left: {names:?}");
+
+    // The same 2^42-byte constant first in the program fits the data section: the assembler
+    // goes on to read its file.
+    std::fs::write(
+        dir.path().join("first.s"),
+        ".input %x f32[4]\n.const %w f32[1048576, 1048576] = npy(\"w.npy\")\n.output y f32[4]\n    STORE y, %x\n",
+    )
+    .unwrap();
+    let out = adeadvm(&["asm", "first.s"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with("error: cannot read `w.npy`: no such file\n"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn asm_runs_the_verifier() {
     let dir = tempfile::tempdir().unwrap();

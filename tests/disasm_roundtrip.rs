@@ -98,17 +98,9 @@ fn defines_change_programs() {
 }
 
 fn write_npy_f32(path: &Path, shape: &[u64], data: &[f32]) {
-    use npyz::WriterBuilder;
-    let mut buf = Vec::new();
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(std::io::Cursor::new(&mut buf))
-        .begin_nd()
-        .unwrap();
-    w.extend(data.iter().copied()).unwrap();
-    w.finish().unwrap();
-    std::fs::write(path, buf).unwrap();
+    let shape = shape.iter().map(|&d| d as usize).collect();
+    let tensor = adeadvm::HostTensor::from_f32(shape, data).unwrap();
+    std::fs::write(path, adeadvm::npy::to_bytes(&tensor)).unwrap();
 }
 
 fn write_safetensors(path: &Path) {

@@ -372,3 +372,128 @@ fn load_errors_have_statuses_and_messages() {
         assert_eq!(other, "");
     }
 }
+
+/// Whether the Vulkan tests can run here; with ADEADVM_REQUIRE_VULKAN=1 (CI) they must.
+fn vulkan() -> bool {
+    match adeadvm::vm::shared_device() {
+        Ok(_) => true,
+        Err(e) => {
+            let required = std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1");
+            assert!(!required, "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
+            eprintln!("skipped: no Vulkan device ({e})");
+            false
+        }
+    }
+}
+
+/// `AdeadvmConfig.max_device_memory` is `Config::max_device_memory` for C callers: set, a
+/// Vulkan run that needs more device memory fails with ADEADVM_STATUS_BUDGET and the budget
+/// message before anything is allocated on the device; 0 (the default) is the device's memory.
+/// Called through the ABI from Rust, then from C against include/adeadvm.h.
+#[test]
+fn the_device_memory_budget_is_set_through_the_c_config() {
+    if !vulkan() {
+        return;
+    }
+    let x: Vec<f32> = (0..2 * 784).map(|i| ((i * 37) % 101) as f32 / 101.0 - 0.5).collect();
+    let vulkan = c("vulkan");
+    let run_with = |budget: u64| -> (AdeadvmStatus, String) {
+        let prog = load_mlp();
+        // SAFETY: a live program, valid pointers and sizes throughout.
+        unsafe {
+            let mut cfg = std::mem::zeroed::<AdeadvmConfig>();
+            cfg.max_device_memory = 12345;
+            assert_eq!(adeadvm_config_default(&mut cfg), AdeadvmStatus::Ok);
+            assert_eq!(cfg.max_device_memory, 0, "the default is no budget of our own");
+            cfg.backend = vulkan.as_ptr().cast();
+            cfg.max_device_memory = budget;
+            let mut s = null_mut();
+            assert_eq!(adeadvm_session_new(prog, &cfg, &mut s), AdeadvmStatus::Ok, "{}", last_error());
+            let shape = [2usize, 784];
+            let st = adeadvm_session_set_input(
+                s,
+                c"x".as_ptr(),
+                AdeadvmDtype::F32 as u32,
+                shape.as_ptr(),
+                2,
+                x.as_ptr().cast(),
+                x.len() * 4,
+            );
+            assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
+            let st = adeadvm_session_run(s);
+            let err = if st == AdeadvmStatus::Ok { String::new() } else { last_error() };
+            adeadvm_session_free(s);
+            adeadvm_program_free(prog);
+            (st, err)
+        }
+    };
+    let (st, err) = run_with(65536);
+    assert_eq!(st, AdeadvmStatus::Budget, "{err}");
+    assert!(err.starts_with("this run needs "), "{err}");
+    assert!(err.contains(" bytes of device memory on "), "{err}");
+    assert!(err.ends_with("more than the device memory budget of 65536 bytes"), "{err}");
+    let (st, err) = run_with(0);
+    assert_eq!(st, AdeadvmStatus::Ok, "{err}");
+
+    // The same from C, against the committed header.
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    if Command::new(&cc).arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "no C compiler `{cc}` in CI");
+        eprintln!("skipped the C half: no C compiler `{cc}`");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("budget.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include "adeadvm.h"
+int main(int argc, char **argv) {
+    if (argc != 2) return 2;
+    AdeadvmProgram *program = NULL;
+    if (adeadvm_program_load(argv[1], &program) != ADEADVM_STATUS_OK) return 3;
+    AdeadvmConfig config;
+    adeadvm_config_default(&config);
+    config.backend = "vulkan";
+    config.max_device_memory = 65536;
+    AdeadvmSession *session = NULL;
+    if (adeadvm_session_new(program, &config, &session) != ADEADVM_STATUS_OK) return 4;
+    adeadvm_program_free(program);
+    static float x[2 * 784];
+    size_t shape[2] = {2, 784};
+    if (adeadvm_session_set_input(session, "x", ADEADVM_DTYPE_F32, shape, 2, x, sizeof x) != ADEADVM_STATUS_OK) return 5;
+    AdeadvmStatus st = adeadvm_session_run(session);
+    printf("status %d: %s\n", (int)st, adeadvm_last_error());
+    adeadvm_session_free(session);
+    return st == ADEADVM_STATUS_BUDGET ? 0 : 1;
+}
+"#,
+    )
+    .unwrap();
+    let lib = lib_dir();
+    let exe = dir.path().join("budget");
+    let build = Command::new(&cc)
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-I", &format!("{ROOT}/include")])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-ladeadvm")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&build.stderr));
+    // This build's library first: cargo's LD_LIBRARY_PATH may name an older one in target/<profile>.
+    let run = Command::new(&exe)
+        .arg(format!("{ROOT}/programs/mlp.s"))
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        stdout.starts_with(&format!("status {}: this run needs ", AdeadvmStatus::Budget as i32)),
+        "{stdout}"
+    );
+    assert!(stdout.trim_end().ends_with("more than the device memory budget of 65536 bytes"), "{stdout}");
+}

@@ -45,6 +45,7 @@ class _Config(ctypes.Structure):
         ("threads", ctypes.c_uint32),
         ("max_memory", ctypes.c_uint64),
         ("max_steps", ctypes.c_uint64),
+        ("max_device_memory", ctypes.c_uint64),
     ]
 
 
@@ -157,14 +158,28 @@ class _Program:
 class VM:
     """One session of a loaded program. Create with `load()`."""
 
-    def __init__(self, program, backend="auto", tier=None, threads=None, max_memory=None, max_steps=None):
+    def __init__(
+        self,
+        program,
+        backend="auto",
+        tier=None,
+        threads=None,
+        max_memory=None,
+        max_steps=None,
+        max_device_memory=None,
+    ):
         if tier not in _TIERS:
             raise Error("unknown tier `%s`" % tier)
         lib = _load_lib()
         self._lib = lib
         self._program = program
         self._settings = dict(
-            backend=backend, tier=tier, threads=threads, max_memory=max_memory, max_steps=max_steps
+            backend=backend,
+            tier=tier,
+            threads=threads,
+            max_memory=max_memory,
+            max_steps=max_steps,
+            max_device_memory=max_device_memory,
         )
         cfg = _Config()
         _check(lib.adeadvm_config_default(ctypes.byref(cfg)))
@@ -174,6 +189,7 @@ class VM:
         cfg.threads = threads or 0
         cfg.max_memory = max_memory or 0
         cfg.max_steps = max_steps or 0
+        cfg.max_device_memory = max_device_memory or 0
         self._session = ctypes.c_void_p()
         _check(lib.adeadvm_session_new(program.handle, ctypes.byref(cfg), ctypes.byref(self._session)))
         self._lock = threading.Lock()
@@ -261,10 +277,13 @@ class VM:
             self._session = None
 
 
-def load(path, backend="auto", tier=None, threads=None, max_memory=None, max_steps=None):
+def load(
+    path, backend="auto", tier=None, threads=None, max_memory=None, max_steps=None, max_device_memory=None
+):
     """Loads a program (.bib, or .s assembled in memory) and returns a `VM` ready to run it.
 
     backend: "auto", "cpu" or "vulkan"; tier: None (the program's), "strict" or "fast"; threads: worker
-    threads (None: every core); max_memory: bytes; max_steps: instructions per run.
+    threads (None: every core); max_memory: bytes; max_steps: instructions per run;
+    max_device_memory: bytes of device memory a run may need (None: the device's memory).
     """
-    return VM(_Program(path), backend, tier, threads, max_memory, max_steps)
+    return VM(_Program(path), backend, tier, threads, max_memory, max_steps, max_device_memory)

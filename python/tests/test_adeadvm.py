@@ -111,6 +111,26 @@ def test_bad_backend_and_tier():
         adeadvm.load(str(MLP), tier="loose")
 
 
+def test_device_memory_budget_is_enforced_on_vulkan():
+    """max_device_memory reaches the C config: a Vulkan run needing more is refused."""
+    x = np.load(X)
+    try:
+        unbounded = adeadvm.load(str(MLP), backend="vulkan")
+    except adeadvm.Error as e:
+        if os.environ.get("ADEADVM_REQUIRE_VULKAN") == "1":
+            raise
+        pytest.skip("no Vulkan device: %s" % e)
+    assert unbounded.run(x=x)["y"].shape == (x.shape[0], 10)
+    vm = adeadvm.load(str(MLP), backend="vulkan", max_device_memory=65536)
+    with pytest.raises(adeadvm.Error) as e:
+        vm.run(x=x)
+    assert str(e.value).startswith("this run needs ")
+    assert str(e.value).endswith("more than the device memory budget of 65536 bytes")
+    assert e.value.status == 10  # ADEADVM_STATUS_BUDGET
+    with pytest.raises(adeadvm.Error, match="budget of 65536 bytes"):
+        vm.clone().run(x=x)
+
+
 def test_sessions_on_threads_agree():
     vm = adeadvm.load(str(MLP))
     x = np.load(X)

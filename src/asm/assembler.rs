@@ -971,17 +971,31 @@ impl<'o> Assembler<'o> {
                 let (dtype, shape) = self.resolve_shape(&ty, true)?;
                 let dims: Vec<u32> =
                     shape.iter().map(|d| if let Dim::Const(n) = d { *n } else { 0 }).collect();
+                let offset = self.data.len().next_multiple_of(DATA_ALIGN);
                 let target = ConstTarget {
                     name: n.node,
                     dtype,
                     dims: &dims,
                     base_dir: &self.opts.base_dir,
                     files: &self.files,
+                    data_used: offset as u64,
                 };
                 let data = match materialize(&target, &value)? {
                     ConstValue::Splat(bits) => ConstData::Splat(bits),
                     ConstValue::Bytes(b) => {
-                        let offset = self.data.len().next_multiple_of(DATA_ALIGN);
+                        // `materialize` kept the total within MAX_DATA_BYTES; the memory for it
+                        // may still be more than this machine has.
+                        if self.data.try_reserve(offset - self.data.len() + b.len()).is_err() {
+                            return Err(Diag::other(
+                                format!(
+                                    "not enough memory for the program's constants ({} bytes with `%{}`)",
+                                    offset + b.len(),
+                                    n.node
+                                ),
+                                "while storing this value",
+                                value.span.clone(),
+                            ));
+                        }
                         self.data.resize(offset, 0);
                         self.data.extend_from_slice(&b);
                         ConstData::Bytes { offset: offset as u64, len: b.len() as u64 }

@@ -13,8 +13,23 @@ use super::syntax::{Arg, ArgNode, Diag, Span};
 use crate::isa::DType;
 use crate::rand::{philox_normal, philox_uniform};
 
-/// Largest constant the assembler materializes in memory (rand, inline, files).
+/// Largest `rand(...)` constant the assembler generates.
 const MAX_CONST_BYTES: u64 = 1 << 31;
+
+/// Most bytes of constant data (the `.bib` data section) one program may hold: 2^42, 4 TiB.
+///
+/// Why this number: the format is not the limit (each constant's offset and length are u64),
+/// the loader is. `Program::load` holds the whole `.bib` in one buffer in memory (a private
+/// copy, so constants cannot change under a verified program; `load_mapped` maps it as one
+/// slice) and every constant is a slice of that buffer. The verifier bounds one constant at
+/// `isa::MAX_ELEMENTS` (2^40) elements, at most 2^42 bytes, a size chosen as beyond any
+/// machine's memory; all the constants live in that one buffer the way one large constant
+/// would, so together they get the same bound. It also keeps every offset and length the
+/// assembler computes far from overflow. The check runs on each constant's declared size
+/// before any of its bytes are built or its file is read, so a program past the limit is
+/// refused at once, without the memory; within it, the memory for each constant is reserved
+/// fallibly, so a machine that cannot hold the data gets an assembler error too, not an abort.
+pub const MAX_DATA_BYTES: u64 = 4 * crate::isa::MAX_ELEMENTS;
 
 fn bad(text: &str, kind: &str, why: impl Into<String>, span: Span) -> Diag {
     Diag::new(AsmErrorKind::BadNumber { text: text.into(), kind: kind.into(), why: why.into() }, span)
@@ -154,6 +169,20 @@ fn put(out: &mut Vec<u8>, bits: u32, dtype: DType) {
     out.extend_from_slice(&bits.to_le_bytes()[..dtype.size()]);
 }
 
+/// An empty buffer with room for `bytes`, reserved fallibly: a machine that cannot hold the
+/// constant gets an assembler error, not an out-of-memory abort.
+fn alloc_bytes(t: &ConstTarget, bytes: u64, span: Span) -> Result<Vec<u8>, Diag> {
+    let mut out = Vec::new();
+    match usize::try_from(bytes).ok().map(|n| out.try_reserve_exact(n)) {
+        Some(Ok(())) => Ok(out),
+        _ => Err(Diag::other(
+            format!("not enough memory to build constant `%{}` ({bytes} bytes)", t.name),
+            "while building this value",
+            span,
+        )),
+    }
+}
+
 /// A constant's value as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConstValue {
@@ -173,6 +202,8 @@ pub struct ConstTarget<'a> {
     pub dims: &'a [u32],
     pub base_dir: &'a Path,
     pub files: &'a FileCache,
+    /// Bytes of the data section before this constant (its aligned offset, if stored).
+    pub data_used: u64,
 }
 
 impl ConstTarget<'_> {
@@ -206,6 +237,26 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
             span,
         )
     };
+    // Whether the constant's bytes fit in the data section after those already there.
+    let fits = |span: Span| {
+        if bytes <= MAX_DATA_BYTES.saturating_sub(t.data_used) {
+            return Ok(());
+        }
+        Err(Diag::other(
+            format!(
+                "constant `%{}` does not fit in the program's data section ({bytes} bytes)",
+                t.name
+            ),
+            format!(
+                "{bytes} bytes after the {} bytes of the constants before it; at most {MAX_DATA_BYTES} in all",
+                t.data_used
+            ),
+            span,
+        )
+        .note(format!(
+            "a program's constants together may take at most {MAX_DATA_BYTES} bytes (2^42): a .bib is loaded as one block of memory"
+        )))
+    };
     let float_only = |what: &str, span: Span| {
         Diag::other(
             format!("`{what}` needs a float constant, but `%{}` is {}", t.name, t.dtype),
@@ -228,7 +279,8 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 )
                 .note(format!("`%{}` is {}", t.name, t.shape_text())));
             }
-            let mut out = Vec::with_capacity(bytes as usize);
+            fits(value.span.clone())?;
+            let mut out = alloc_bytes(t, bytes, value.span.clone())?;
             for it in flat {
                 let text = match it.node {
                     ArgNode::Number(s) | ArgNode::Ident(s @ ("inf" | "nan")) => s,
@@ -277,7 +329,8 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 if bytes > MAX_CONST_BYTES {
                     return Err(too_big(value.span.clone()));
                 }
-                let mut out = Vec::with_capacity(bytes as usize);
+                fits(value.span.clone())?;
+                let mut out = alloc_bytes(t, bytes, value.span.clone())?;
                 for i in 0..n {
                     let v = if normal { philox_normal(seed, i) } else { philox_uniform(seed, i) };
                     put(&mut out, f32_to_dtype_bits(v, t.dtype), t.dtype);
@@ -286,6 +339,7 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
             }
             ("npy", [p]) => {
                 let (path, span) = path_arg(p)?;
+                fits(value.span.clone())?;
                 load_npy(t, &path, span)
             }
             ("safetensors", [p, tname]) => {
@@ -293,6 +347,7 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 let ArgNode::Str(tensor) = &tname.node else {
                     return Err(wrong_value(tname, "the tensor's name as a string"));
                 };
+                fits(value.span.clone())?;
                 load_safetensors(t, &path, span, tensor, tname.span.clone())
             }
             ("fill" | "rand" | "npy" | "safetensors", _) => Err(Diag::other(
@@ -368,85 +423,95 @@ fn shape_mismatch(t: &ConstTarget, path: &str, found: &[u64], span: Span) -> Dia
     )
 }
 
-/// numpy's name for a dtype, like `float64 (<f8)`.
-fn numpy_name(d: &npyz::DType) -> String {
-    let descr = d.descr().trim_matches('\'').to_string();
-    let npyz::DType::Plain(ts) = d else { return format!("`{descr}`") };
-    let base = match ts.type_char() {
-        npyz::TypeChar::Float => "float",
-        npyz::TypeChar::Int => "int",
-        npyz::TypeChar::Uint => "uint",
-        npyz::TypeChar::Bool => return format!("bool (`{descr}`)"),
+/// numpy's name for a dtype string, like float64 (`<f8`).
+fn numpy_name(descr: &str) -> String {
+    let (kind, size) = descr_kind(descr);
+    let base = match kind {
+        'f' => "float",
+        'i' => "int",
+        'u' => "uint",
+        'b' => return format!("bool (`{descr}`)"),
         _ => return format!("`{descr}`"),
     };
-    format!("{base}{} (`{descr}`)", ts.size_field() * 8)
+    format!("{base}{} (`{descr}`)", size * 8)
+}
+
+/// The kind letter and item size of a numpy dtype string (`<f4`: `f`, 4); `?` and 0 for
+/// anything without both.
+fn descr_kind(descr: &str) -> (char, usize) {
+    let s = descr.trim_start_matches(['<', '>', '|', '=']);
+    let mut chars = s.chars();
+    match (chars.next(), chars.as_str().parse::<usize>()) {
+        (Some(k), Ok(size)) if k.is_ascii_alphabetic() => (k, size),
+        _ => ('?', 0),
+    }
 }
 
 fn load_npy(t: &ConstTarget, path: &str, span: Span) -> Result<ConstValue, Diag> {
     let bytes = read_file(t.base_dir, path, span.clone())?;
     let bad_file = |e: String| Diag::new(AsmErrorKind::File { path: path.into(), error: e }, span.clone());
-    let npy = npyz::NpyFile::new(&bytes[..]).map_err(|e| bad_file(format!("not a valid .npy file ({e})")))?;
-    if npy.order() == npyz::Order::Fortran {
+    let h = crate::npy::parse_header(&bytes).map_err(|e| bad_file(format!("not a valid .npy file ({e})")))?;
+    if h.fortran_order {
         return Err(bad_file("Fortran-order arrays are not supported; save it with C order".into()));
     }
-    let descr = numpy_name(&npy.dtype());
-    let (tc, size) = match npy.dtype() {
-        npyz::DType::Plain(ts) => (ts.type_char(), ts.size_field()),
-        _ => (npyz::TypeChar::Object, 0),
-    };
-    let shape = npy.shape().to_vec();
-    if shape.len() != t.dims.len() || shape.iter().zip(t.dims).any(|(&a, &b)| a != b as u64) {
-        return Err(shape_mismatch(t, path, &shape, span));
+    let descr = if h.plain { numpy_name(&h.descr) } else { format!("`{}`", h.descr) };
+    let (kind, size) = if h.plain { descr_kind(&h.descr) } else { ('?', 0) };
+    if h.shape.len() != t.dims.len() || h.shape.iter().zip(t.dims).any(|(&a, &b)| a != b as u64) {
+        return Err(shape_mismatch(t, path, &h.shape, span));
     }
-    use npyz::TypeChar::{Float, Int, Uint};
-    let io = |e: std::io::Error| bad_file(format!("cannot read the data ({e})"));
-    let mut out = Vec::new();
-    match (t.dtype, tc, size) {
-        (DType::F32, Float, 4) => {
-            for v in npy.into_vec::<f32>().map_err(io)? {
-                put(&mut out, v.to_bits(), DType::F32);
-            }
+    let convert: Option<fn(&[u8], DType) -> u32> = match (t.dtype, kind, size) {
+        // The same type: the item's bits as they are.
+        (DType::F32, 'f', 4) | (DType::I32, 'i', 4) | (DType::F16, 'f', 2) => {
+            Some(|v, _| v.iter().rev().fold(0, |a, &b| a << 8 | b as u32))
         }
-        (DType::I32, Int, 4) => {
-            for v in npy.into_vec::<i32>().map_err(io)? {
-                put(&mut out, v as u32, DType::I32);
-            }
+        (DType::F16 | DType::Bf16, 'f', 4) => {
+            Some(|v, d| f32_to_dtype_bits(f32::from_le_bytes([v[0], v[1], v[2], v[3]]), d))
         }
-        (DType::F16, Float, 2) => {
-            for v in npy.into_vec::<f16>().map_err(io)? {
-                put(&mut out, v.to_bits() as u32, DType::F16);
-            }
+        (DType::F16 | DType::Bf16, 'u', 2) => Some(|v, _| u16::from_le_bytes([v[0], v[1]]) as u32),
+        _ => None,
+    };
+    let Some(convert) = convert else {
+        let accepted = match t.dtype {
+            DType::F32 => "float32",
+            DType::I32 => "int32",
+            DType::F16 => "float16, float32 (converted) or uint16 (raw bits)",
+            DType::Bf16 => "float32 (converted) or uint16 (raw bits)",
+        };
+        return Err(Diag::new(
+            AsmErrorKind::FileMismatch(format!(
+                "`{path}` holds {descr} data, but `%{}` is {}",
+                t.name, t.dtype
+            )),
+            span,
+        )
+        .note(format!(
+            "{} {} constant can be loaded from {accepted} arrays",
+            article(t.dtype.name()),
+            t.dtype
+        )));
+    };
+    let data = &bytes[h.data_start..];
+    // The shape matches the declaration, whose byte count was checked against the data
+    // section's room before the file was read: no product here overflows.
+    let expected = h.count * size as u64;
+    if data.len() as u64 != expected {
+        return Err(bad_file(format!(
+            "the data is {} bytes, but shape {:?} of {} needs {expected}",
+            data.len(),
+            h.shape,
+            h.descr
+        )));
+    }
+    // Big-endian files (`>f4`) are read too: each item's bytes reversed first.
+    let swap = h.descr.starts_with('>') && size > 1;
+    let mut out = alloc_bytes(t, h.count.saturating_mul(t.dtype.size() as u64), span.clone())?;
+    let mut item = [0u8; 4];
+    for v in data.chunks_exact(size) {
+        item[..size].copy_from_slice(v);
+        if swap {
+            item[..size].reverse();
         }
-        (DType::F16 | DType::Bf16, Float, 4) => {
-            for v in npy.into_vec::<f32>().map_err(io)? {
-                put(&mut out, f32_to_dtype_bits(v, t.dtype), t.dtype);
-            }
-        }
-        (DType::F16 | DType::Bf16, Uint, 2) => {
-            for v in npy.into_vec::<u16>().map_err(io)? {
-                put(&mut out, v as u32, t.dtype);
-            }
-        }
-        _ => {
-            let accepted = match t.dtype {
-                DType::F32 => "float32",
-                DType::I32 => "int32",
-                DType::F16 => "float16, float32 (converted) or uint16 (raw bits)",
-                DType::Bf16 => "float32 (converted) or uint16 (raw bits)",
-            };
-            return Err(Diag::new(
-                AsmErrorKind::FileMismatch(format!(
-                    "`{path}` holds {descr} data, but `%{}` is {}",
-                    t.name, t.dtype
-                )),
-                span,
-            )
-            .note(format!(
-                "{} {} constant can be loaded from {accepted} arrays",
-                article(t.dtype.name()),
-                t.dtype
-            )));
-        }
+        put(&mut out, convert(&item[..size], t.dtype), t.dtype);
     }
     Ok(ConstValue::Bytes(out))
 }
@@ -490,10 +555,12 @@ fn load_safetensors(
         (DType::F32, S::F32) | (DType::F16, S::F16) | (DType::Bf16, S::BF16) | (DType::I32, S::I32)
     );
     if same {
-        return Ok(ConstValue::Bytes(data.to_vec()));
+        let mut out = alloc_bytes(t, data.len() as u64, name_span)?;
+        out.extend_from_slice(data);
+        return Ok(ConstValue::Bytes(out));
     }
     if matches!(t.dtype, DType::F16 | DType::Bf16) && view.dtype() == S::F32 {
-        let mut out = Vec::with_capacity(data.len() / 2);
+        let mut out = alloc_bytes(t, data.len() as u64 / 2, name_span)?;
         for w in data.chunks_exact(4) {
             let v = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
             put(&mut out, f32_to_dtype_bits(v, t.dtype), t.dtype);

@@ -450,60 +450,19 @@ fn is_default(d: &Operand, op: &Operand) -> bool {
 }
 
 fn write_npy(path: &Path, dtype: DType, shape: &[Dim], elems: &[u32]) -> Result<()> {
-    use npyz::WriterBuilder;
     let io = |source: std::io::Error| DisasmError::Io { path: path.display().to_string(), source };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
     }
-    let dims: Vec<u64> = shape.iter().map(|d| if let Dim::Const(n) = d { *n as u64 } else { 0 }).collect();
-    let mut buf = Vec::new();
-    {
-        let cursor = std::io::Cursor::new(&mut buf);
-        match dtype {
-            DType::F32 => {
-                let mut w = npyz::WriteOptions::new()
-                    .default_dtype()
-                    .shape(&dims)
-                    .writer(cursor)
-                    .begin_nd()
-                    .map_err(io)?;
-                w.extend(elems.iter().map(|&b| f32::from_bits(b))).map_err(io)?;
-                w.finish().map_err(io)?;
-            }
-            DType::I32 => {
-                let mut w = npyz::WriteOptions::new()
-                    .default_dtype()
-                    .shape(&dims)
-                    .writer(cursor)
-                    .begin_nd()
-                    .map_err(io)?;
-                w.extend(elems.iter().map(|&b| b as i32)).map_err(io)?;
-                w.finish().map_err(io)?;
-            }
-            DType::F16 => {
-                let mut w = npyz::WriteOptions::new()
-                    .default_dtype()
-                    .shape(&dims)
-                    .writer(cursor)
-                    .begin_nd()
-                    .map_err(io)?;
-                w.extend(elems.iter().map(|&b| f16::from_bits(b as u16))).map_err(io)?;
-                w.finish().map_err(io)?;
-            }
-            DType::Bf16 => {
-                // numpy has no bfloat16: the raw bits as uint16, which the assembler accepts.
-                let mut w = npyz::WriteOptions::new()
-                    .default_dtype()
-                    .shape(&dims)
-                    .writer(cursor)
-                    .begin_nd()
-                    .map_err(io)?;
-                w.extend(elems.iter().map(|&b| b as u16)).map_err(io)?;
-                w.finish().map_err(io)?;
-            }
-        }
-    }
-    crate::output::write_atomically(path, &buf).map_err(io)
+    let dims: Vec<usize> =
+        shape.iter().map(|d| if let Dim::Const(n) = d { *n as usize } else { 0 }).collect();
+    // The .npy mapping `npy::read` takes back: f32 as `<f4`, i32 `<i4`, f16 `<f2`, and bf16
+    // as its raw bits in `<u2` (numpy has no bfloat16), which the assembler accepts.
+    let bytes: Vec<u8> = elems.iter().flat_map(|b| b.to_le_bytes()[..dtype.size()].to_vec()).collect();
+    let tensor = crate::vm::HostTensor::from_bytes(dtype, dims, &bytes).ok_or_else(|| {
+        io(std::io::Error::new(std::io::ErrorKind::OutOfMemory, "cannot hold the constant's values"))
+    })?;
+    crate::output::write_atomically(path, &crate::npy::to_bytes(&tensor)).map_err(io)
 }
 
 /// Writes `program` as canonical assembly.

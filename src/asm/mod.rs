@@ -21,6 +21,7 @@ mod disasm;
 mod error;
 mod syntax;
 
+pub use consts::MAX_DATA_BYTES;
 pub use disasm::{disassemble, DisasmError, DisasmOptions};
 pub use error::{AsmError, AsmErrorKind, AsmErrors};
 

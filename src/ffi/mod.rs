@@ -81,7 +81,7 @@ pub enum AdeadvmTier {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct AdeadvmConfig {
-    /// "cpu" or "auto"; NULL means "auto".
+    /// "cpu", "vulkan" or "auto"; NULL means "auto".
     pub backend: *const c_char,
     /// An `AdeadvmTier` value.
     pub tier: u32,
@@ -91,6 +91,9 @@ pub struct AdeadvmConfig {
     pub max_memory: u64,
     /// Step budget; 0: none.
     pub max_steps: u64,
+    /// Device memory budget in bytes (Vulkan): a run needing more on the device is refused
+    /// before anything is allocated there; 0: the device's largest device-local heap.
+    pub max_device_memory: u64,
 }
 
 /// A loaded, verified program (opaque).
@@ -427,6 +430,7 @@ pub unsafe extern "C" fn adeadvm_config_default(config: *mut AdeadvmConfig) -> A
             threads: 0,
             max_memory: 0,
             max_steps: 0,
+            max_device_memory: 0,
         };
         // SAFETY: forwarded caller contract.
         unsafe { put(config, c, "config") }
@@ -470,6 +474,7 @@ pub unsafe extern "C" fn adeadvm_session_new(
             cfg.threads = (c.threads != 0).then_some(c.threads as usize);
             cfg.max_memory = (c.max_memory != 0).then_some(c.max_memory);
             cfg.max_steps = (c.max_steps != 0).then_some(c.max_steps);
+            cfg.max_device_memory = (c.max_device_memory != 0).then_some(c.max_device_memory);
         }
         let session = Session::new(&p.program, &cfg)?;
         // SAFETY: non-null (checked above), writable per the contract.
