@@ -344,7 +344,7 @@ impl Vm {
     /// one: KERNEL and GPU_SYNC always; STORE where its data is; otherwise the instruction's
     /// `@cpu`/`@gpu` hint, else the backend (`vulkan`: all; `auto`: by size and where the
     /// sources are, see [`AUTO_MIN_WORK`]).
-    /// `writes` is `ins.insn.writes()`, decoded once per program (decoding allocates).
+    /// `writes` is `ins.insn.writes()`, decoded once per program.
     pub(super) fn on_gpu(&self, f: &Frame, ins: &Instruction, writes: Option<TensorId>) -> bool {
         let Some(g) = &self.gpu else { return false };
         let insn = &ins.insn;
@@ -368,7 +368,7 @@ impl Vm {
                     }
                     _ => dst,
                 };
-                work >= AUTO_MIN_WORK || insn.reads().iter().any(|t| g.valid[t.0 as usize] == Valid::Device)
+                work >= AUTO_MIN_WORK || insn.reads().any(|t| g.valid[t.0 as usize] == Valid::Device)
             }
         }
     }
@@ -379,12 +379,8 @@ impl Vm {
         if self.gpu.is_none() {
             return Ok(());
         }
-        let reads = insn.reads();
-        let need: Vec<TensorId> = reads
-            .into_iter()
-            .filter(|t| self.gpu.as_ref().is_some_and(|g| g.valid[t.0 as usize] == Valid::Device))
-            .collect();
-        for t in need {
+        // `download_temp` skips a tensor that is not only on the device.
+        for t in insn.reads() {
             self.download_temp(p, f, t)?;
         }
         Ok(())
