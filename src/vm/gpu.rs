@@ -344,10 +344,10 @@ impl Vm {
     /// one: KERNEL and GPU_SYNC always; STORE where its data is; otherwise the instruction's
     /// `@cpu`/`@gpu` hint, else the backend (`vulkan`: all; `auto`: by size and where the
     /// sources are, see [`AUTO_MIN_WORK`]).
-    /// `writes` is `ins.insn.writes()`, decoded once per program.
-    pub(super) fn on_gpu(&self, f: &Frame, ins: &Instruction, writes: Option<TensorId>) -> bool {
+    pub(super) fn on_gpu(&self, f: &Frame, ins: &Instruction) -> bool {
         let Some(g) = &self.gpu else { return false };
         let insn = &ins.insn;
+        let writes = insn.writes();
         match insn {
             Insn::Kernel { .. } | Insn::GpuSync => return true,
             Insn::Store { src, .. } => return g.valid[src.0 as usize] == Valid::Device,
@@ -386,9 +386,9 @@ impl Vm {
         Ok(())
     }
 
-    pub(super) fn cpu_wrote(&mut self, insn: &Insn, writes: Option<TensorId>) {
+    pub(super) fn cpu_wrote(&mut self, insn: &Insn) {
         let Some(g) = &mut self.gpu else { return };
-        match (insn, writes) {
+        match (insn, insn.writes()) {
             // A later STORE from the host replaces an earlier one from the device.
             (Insn::Store { out, .. }, _) => g.pending_outputs.retain(|(o, _)| *o != out.0 as usize),
             (Insn::Alloc { .. }, _) | (_, None) => {}
