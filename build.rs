@@ -52,6 +52,13 @@ struct OperandSpec {
     offset: usize,
 }
 
+impl OperandSpec {
+    /// A tensor operand, required or optional.
+    fn is_tensor(&self) -> bool {
+        self.kind == "tensor" || self.kind == "tensor_opt"
+    }
+}
+
 fn camel(s: &str) -> String {
     s.split('_')
         .map(|w| {
@@ -154,6 +161,10 @@ fn main() {
         if offset > isa.instruction_bytes {
             fail(format!("{}: operands need {offset} bytes, more than {}", op.name, isa.instruction_bytes));
         }
+        // `TensorOperands` has one destination slot.
+        if specs.iter().filter(|s| s.writes).count() > 1 {
+            fail(format!("{}: more than one written tensor", op.name));
+        }
         let mnemonic = op.mnemonic.clone().unwrap_or_else(|| op.name.clone());
         let required: Vec<&str> =
             specs.iter().filter(|s| s.default.is_none()).map(|s| s.kind.as_str()).collect();
@@ -170,6 +181,14 @@ fn main() {
     writeln!(w, "pub const INSN_BYTES: usize = {};", isa.instruction_bytes).unwrap();
     writeln!(w, "/// Offset of the first operand byte.").unwrap();
     writeln!(w, "pub const OPERAND_START: usize = {};", isa.operand_start).unwrap();
+
+    let max_tensor_reads = ops
+        .iter()
+        .map(|(_, _, specs)| specs.iter().filter(|s| s.is_tensor() && !s.writes).count())
+        .max()
+        .unwrap_or(0);
+    writeln!(w, "/// Most tensor operands one instruction reads (KERNEL's bindings aside).").unwrap();
+    writeln!(w, "pub const MAX_TENSOR_READS: usize = {max_tensor_reads};").unwrap();
 
     // Enums of named values (act, dist).
     for (key, e) in &isa.enums {
@@ -371,6 +390,35 @@ fn main() {
             )
             .unwrap();
         }
+    }
+    writeln!(w, "    }} }}").unwrap();
+    writeln!(w, "    /// The tensor it writes and the tensors it reads, by role (see [`TensorOperands`]).")
+        .unwrap();
+    writeln!(w, "    pub fn tensor_operands(&self) -> TensorOperands {{ match *self {{").unwrap();
+    for (op, _, specs) in &ops {
+        let tensors: Vec<&OperandSpec> = specs.iter().filter(|s| s.is_tensor()).collect();
+        let mut fields: Vec<&str> = tensors.iter().map(|s| s.name.as_str()).collect();
+        if fields.len() < specs.len() {
+            fields.push("..");
+        }
+        let pattern = if specs.is_empty() { String::new() } else { format!(" {{ {} }}", fields.join(", ")) };
+        let dst = match tensors.iter().find(|s| s.writes) {
+            Some(s) => format!("Some({})", s.name),
+            None => "None".into(),
+        };
+        let mut srcs: Vec<String> = tensors
+            .iter()
+            .filter(|s| !s.writes)
+            .map(|s| if s.kind == "tensor" { format!("Some({})", s.name) } else { s.name.clone() })
+            .collect();
+        srcs.resize(max_tensor_reads, "None".into());
+        writeln!(
+            w,
+            "        Insn::{}{pattern} => TensorOperands {{ dst: {dst}, srcs: [{}] }},",
+            camel(&op.name),
+            srcs.join(", ")
+        )
+        .unwrap();
     }
     writeln!(w, "    }} }}").unwrap();
     writeln!(w, "}}").unwrap();

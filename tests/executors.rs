@@ -3,11 +3,12 @@
 
 mod common;
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use adeadvm::exec::cpu::SimdLevel;
 use adeadvm::verify::VerifiedProgram;
-use adeadvm::vm::{HostTensor, Vm, VmConfig};
+use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig, Wants};
 use common::*;
 
 fn configs() -> Vec<VmConfig> {
@@ -87,10 +88,25 @@ fn every_kernel_gives_the_same_bits_on_every_cpu_configuration() {
     assert_same_everywhere("kernels", &program, &[("x", f32s(&[r, c], &x)), ("w", f32s(&[c, 19], &w))]);
 }
 
+/// The steps an observer that asks for nothing sees (so batches may form): index, flops, bytes.
+#[derive(Default)]
+struct Costs(Vec<(usize, u64, u64)>);
+
+impl Observer for Costs {
+    fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
+        self.0.push((e.index, e.flops, e.bytes));
+        ControlFlow::Continue(())
+    }
+    fn wants(&self) -> Wants {
+        Wants::default()
+    }
+}
+
 /// Independent instructions run at the same time: several large kernels reading one input, a
 /// dependent chain, and a freed temporary whose bytes a later one may reuse while an earlier
 /// reader is still in the same stretch of code. Every configuration gives program order's bits,
-/// and with worker threads the run really did batch instructions.
+/// with worker threads the run really did batch instructions, and the observer sees the steps
+/// and costs of program order.
 #[test]
 fn independent_instructions_run_together_with_the_same_bits() {
     let (r, c) = (64, 515);
@@ -114,16 +130,20 @@ fn independent_instructions_run_together_with_the_same_bits() {
     let program = build(&src);
     let inputs = [("x", f32s(&[r, c], &x)), ("w", f32s(&[c, 40], &w))];
     assert_same_everywhere("independent", &program, &inputs);
+    let mut in_order = Costs::default();
     for threads in [1, 2, 3] {
         let mut vm =
             Vm::new(program.clone(), VmConfig { threads: Some(threads), ..VmConfig::default() }).unwrap();
         for (name, t) in &inputs {
             vm.set_input(name, t.clone()).unwrap();
         }
-        let stats = vm.run().unwrap();
+        let mut costs = Costs::default();
+        let stats = vm.run_observed(&mut costs).unwrap();
         if threads == 1 {
             assert_eq!(stats.concurrent, 0, "one thread runs everything in order");
+            in_order = costs;
         } else {
+            assert_eq!(costs.0, in_order.0, "{threads} threads: the steps and costs of program order");
             // EXP, TANH, MATMUL and SOFTMAX; then GELU with REDUCE_SUM's neighbours at most.
             assert!(
                 stats.concurrent >= 4,

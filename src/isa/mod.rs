@@ -263,28 +263,28 @@ impl Insn {
         self.opcode().info()
     }
 
-    /// The tensors this instruction reads, in operand order (KERNEL's come from its dispatch
-    /// table and are not listed here).
-    pub fn reads(&self) -> Vec<TensorId> {
-        self.operands()
-            .iter()
-            .zip(self.info().operands)
-            .filter(|(_, info)| !info.writes)
-            .filter_map(|(op, _)| match *op {
-                Operand::Tensor(t) => Some(t),
-                Operand::TensorOpt(t) => t,
-                _ => None,
-            })
-            .collect()
+    /// The tensors this instruction reads, in operand order, absent optional operands left out
+    /// (KERNEL's come from its dispatch table and are not listed here).
+    pub fn reads(&self) -> impl Iterator<Item = TensorId> {
+        self.tensor_operands().srcs.into_iter().flatten()
     }
 
     /// The tensor this instruction writes, if any (ALLOC counts as writing its tensor).
     pub fn writes(&self) -> Option<TensorId> {
-        self.operands().iter().zip(self.info().operands).find_map(|(op, info)| match *op {
-            Operand::Tensor(t) if info.writes => Some(t),
-            _ => None,
-        })
+        self.tensor_operands().dst
     }
+}
+
+/// An instruction's tensor operands by role, from the ISA table and without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorOperands {
+    /// The operand marked written (`:w`); an opcode has at most one. ALLOC counts as writing.
+    pub dst: Option<TensorId>,
+    /// The other tensor operands, in operand order, then None up to [`MAX_TENSOR_READS`]. Slot
+    /// i is the same operand for every instruction of one opcode, so an absent optional operand
+    /// is a None in its own slot (LAYERNORM's beta stays in slot 2 without gamma). KERNEL's
+    /// bindings come from its dispatch table and are not here.
+    pub srcs: [Option<TensorId>; MAX_TENSOR_READS],
 }
 
 impl Instruction {
@@ -489,6 +489,64 @@ mod tests {
                 at += o.kind.width();
             }
             assert!(at <= INSN_BYTES);
+        }
+    }
+
+    /// One value of each operand kind; tensors get distinct ids (`next`), optional ones too.
+    fn sample(kind: OperandKind, next: &mut u16) -> Operand {
+        *next += 1;
+        match kind {
+            OperandKind::Tensor => Operand::Tensor(TensorId(*next)),
+            OperandKind::TensorOpt => Operand::TensorOpt(Some(TensorId(*next))),
+            OperandKind::Reg => Operand::Reg(Reg(0)),
+            OperandKind::RegOpt => Operand::RegOpt(None),
+            OperandKind::Label => Operand::Label(Target(0)),
+            OperandKind::F32 => Operand::F32(0.0),
+            OperandKind::I32 => Operand::I32(0),
+            OperandKind::U32 => Operand::U32(0),
+            OperandKind::U16 => Operand::U16(0),
+            OperandKind::Axis => Operand::Axis(0),
+            OperandKind::Perm => Operand::Perm(Perm::new(&[0]).unwrap()),
+            OperandKind::Bool => Operand::Bool(false),
+            OperandKind::Act => Operand::Act(Act::None),
+            OperandKind::Dist => Operand::Dist(Dist::Uniform),
+            OperandKind::Output => Operand::Output(OutputId(0)),
+            OperandKind::Kernel => Operand::Kernel(KernelId(0)),
+        }
+    }
+
+    /// What `tensor_operands` should give, read off the generic operand list and the table.
+    fn expected(values: &[Operand], info: &OpInfo) -> TensorOperands {
+        let mut want = TensorOperands { dst: None, srcs: [None; MAX_TENSOR_READS] };
+        let mut slots = want.srcs.iter_mut();
+        for (v, o) in values.iter().zip(info.operands) {
+            let t = match *v {
+                Operand::Tensor(t) => Some(t),
+                Operand::TensorOpt(t) => t,
+                _ => continue,
+            };
+            match o.writes {
+                true => want.dst = t,
+                false => *slots.next().expect("no opcode reads more than MAX_TENSOR_READS") = t,
+            }
+        }
+        want
+    }
+
+    #[test]
+    fn tensor_operands_follow_the_operand_table() {
+        for info in OP_INFO {
+            let mut next = 0;
+            let present: Vec<Operand> = info.operands.iter().map(|o| sample(o.kind, &mut next)).collect();
+            // An absent optional tensor must leave the other operands in their slots.
+            let absent: Vec<Operand> = present
+                .iter()
+                .map(|v| if let Operand::TensorOpt(_) = v { Operand::TensorOpt(None) } else { *v })
+                .collect();
+            for values in [present, absent] {
+                let insn = Insn::from_operands(info.opcode, &values).unwrap();
+                assert_eq!(insn.tensor_operands(), expected(&values, info), "{}", info.name);
+            }
         }
     }
 

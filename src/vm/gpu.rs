@@ -354,10 +354,10 @@ impl Vm {
     /// one: KERNEL and GPU_SYNC always; STORE where its data is; otherwise the instruction's
     /// `@cpu`/`@gpu` hint, else the backend (`vulkan`: all; `auto`: by size and where the
     /// sources are, see [`AUTO_MIN_WORK`]).
-    /// `writes` is `ins.insn.writes()`, decoded once per program (decoding allocates).
-    pub(super) fn on_gpu(&self, f: &Frame, ins: &Instruction, writes: Option<TensorId>) -> bool {
+    pub(super) fn on_gpu(&self, f: &Frame, ins: &Instruction) -> bool {
         let Some(g) = &self.gpu else { return false };
         let insn = &ins.insn;
+        let writes = insn.writes();
         match insn {
             Insn::Kernel { .. } | Insn::GpuSync => return true,
             Insn::Store { src, .. } => return g.valid[src.0 as usize] == Valid::Device,
@@ -378,7 +378,7 @@ impl Vm {
                     }
                     _ => dst,
                 };
-                work >= AUTO_MIN_WORK || insn.reads().iter().any(|t| g.valid[t.0 as usize] == Valid::Device)
+                work >= AUTO_MIN_WORK || insn.reads().any(|t| g.valid[t.0 as usize] == Valid::Device)
             }
         }
     }
@@ -389,20 +389,16 @@ impl Vm {
         if self.gpu.is_none() {
             return Ok(());
         }
-        let reads = insn.reads();
-        let need: Vec<TensorId> = reads
-            .into_iter()
-            .filter(|t| self.gpu.as_ref().is_some_and(|g| g.valid[t.0 as usize] == Valid::Device))
-            .collect();
-        for t in need {
+        // `download_temp` skips a tensor that is not only on the device.
+        for t in insn.reads() {
             self.download_temp(p, f, t)?;
         }
         Ok(())
     }
 
-    pub(super) fn cpu_wrote(&mut self, insn: &Insn, writes: Option<TensorId>) {
+    pub(super) fn cpu_wrote(&mut self, insn: &Insn) {
         let Some(g) = &mut self.gpu else { return };
-        match (insn, writes) {
+        match (insn, insn.writes()) {
             // A later STORE from the host replaces an earlier one from the device.
             (Insn::Store { out, .. }, _) => g.pending_outputs.retain(|(o, _)| *o != out.0 as usize),
             (Insn::Alloc { .. }, _) | (_, None) => {}

@@ -22,7 +22,7 @@ use crate::exec::cpu::fpenv::FtzGuard;
 use crate::exec::cpu::reference::{self as r, Binary, MatmulShape, Reduce, Unary};
 use crate::exec::cpu::{self as cpu, simd, worker_pool, Ctx, SimdLevel};
 use crate::format::{ConstData, Program, TensorKind};
-use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId};
+use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId, MAX_TENSOR_READS};
 use crate::numerics as nx;
 use crate::verify::{MemoryPlan, VerifiedProgram};
 
@@ -177,8 +177,6 @@ pub struct Vm {
     plan_cache: Option<(Vec<u64>, Arc<MemoryPlan>)>,
     level: SimdLevel,
     pool: Option<Arc<rayon::ThreadPool>>,
-    /// The tensor each instruction writes, decoded once.
-    writes: Vec<Option<TensorId>>,
     /// Where an instruction's source is copied when it is also the destination.
     scratch: AlignedBuf,
     /// The Vulkan side, when the placement uses a device.
@@ -262,7 +260,6 @@ impl Vm {
             plan_cache: None,
             level,
             pool,
-            writes: program.instructions().iter().map(|i| i.insn.writes()).collect(),
             scratch: AlignedBuf::default(),
             program,
         })
@@ -447,7 +444,7 @@ impl Vm {
             let mut gpu_elapsed = None;
             let (next, cost) = if plain {
                 self.exec(p, &mut frame, pc, &ins.insn)?
-            } else if self.on_gpu(&frame, ins, self.writes[pc]) {
+            } else if self.on_gpu(&frame, ins) {
                 // Timing brackets the instruction's commands with GPU timestamps.
                 let begin = if wants.timing { self.gpu_timestamp()? } else { None };
                 let r = self.exec_gpu(p, &mut frame, pc, &ins.insn)?;
@@ -455,7 +452,7 @@ impl Vm {
                 // Observers see finished work: timing waits for the GPU, data comes back.
                 if matches!(ins.insn, Insn::Store { .. }) && wants.written {
                     self.gpu_finish(p)?;
-                } else if let (true, Some(t)) = (wants.written, self.writes[pc]) {
+                } else if let (true, Some(t)) = (wants.written, ins.insn.writes()) {
                     self.download_temp(p, &frame, t)?;
                 } else if wants.timing {
                     self.gpu_sync(p)?;
@@ -465,7 +462,7 @@ impl Vm {
             } else {
                 self.cpu_reads(p, &frame, &ins.insn)?;
                 let r = self.exec(p, &mut frame, pc, &ins.insn)?;
-                self.cpu_wrote(&ins.insn, self.writes[pc]);
+                self.cpu_wrote(&ins.insn);
                 r
             };
             let elapsed = t0.map_or(Duration::ZERO, |t| t.elapsed());
@@ -475,7 +472,7 @@ impl Vm {
                     .as_ref()
                     .map(|t| (t.dtype, frame.out_shapes[out.0 as usize].as_slice(), t.bytes())),
                 Insn::Alloc { .. } => None,
-                _ => self.writes[pc].map(|t| {
+                _ => ins.insn.writes().map(|t| {
                     let i = t.0 as usize;
                     (p.tensors[i].dtype, frame.shapes[i].as_slice(), self.bytes_of(&frame.locs[i]))
                 }),
@@ -845,7 +842,7 @@ impl Vm {
     }
 
     /// Splits storage into the destination (a temporary in the arena) and up to
-    /// [`MAX_SOURCES`] sources. A source that is the destination itself is first copied into
+    /// [`MAX_TENSOR_READS`] sources. A source that is the destination itself is first copied into
     /// the VM's reusable scratch buffer. No heap allocation in the steady state: this runs once
     /// per instruction.
     fn with_operands<R>(
@@ -890,7 +887,7 @@ impl Vm {
                 },
             })
         };
-        let views: [Option<&[u8]>; MAX_SOURCES] =
+        let views: [Option<&[u8]>; MAX_TENSOR_READS] =
             std::array::from_fn(|i| view(srcs.get(i).copied().flatten()));
         body(out, &views[..srcs.len()])
     }
@@ -904,9 +901,9 @@ impl Vm {
         srcs: &[TensorId],
         body: impl FnOnce(&mut [u8], &[&[u8]]),
     ) {
-        let opt: [Option<TensorId>; MAX_SOURCES] = std::array::from_fn(|i| srcs.get(i).copied());
+        let opt: [Option<TensorId>; MAX_TENSOR_READS] = std::array::from_fn(|i| srcs.get(i).copied());
         self.with_operands(p, f, dst, &opt[..srcs.len()], |out, views| {
-            let views: [&[u8]; MAX_SOURCES] =
+            let views: [&[u8]; MAX_TENSOR_READS] =
                 std::array::from_fn(|i| views.get(i).and_then(|v| v.as_deref()).unwrap_or_default());
             body(out, &views[..srcs.len()])
         })
@@ -923,25 +920,26 @@ impl Vm {
     ) {
         let dtype = |t: TensorId| p.tensors[t.0 as usize].dtype;
         let dst_dtype = dtype(dst);
-        let src_dtypes: [Option<DType>; MAX_SOURCES] =
+        let src_dtypes: [Option<DType>; MAX_TENSOR_READS] =
             std::array::from_fn(|i| srcs.get(i).copied().flatten().map(dtype));
         let all_f32 = dst_dtype == DType::F32 && src_dtypes.iter().all(|d| d.is_none_or(|d| d == DType::F32));
         self.with_operands(p, f, dst, srcs, |out, views| {
             // The common case: everything f32 and aligned (the arena, inputs, constants and the
             // scratch buffer all are), so the bytes are viewed as f32 in place.
             if all_f32 {
-                let direct: [Option<Option<&[f32]>>; MAX_SOURCES] = std::array::from_fn(|i| {
+                let direct: [Option<Option<&[f32]>>; MAX_TENSOR_READS] = std::array::from_fn(|i| {
                     views.get(i).map(|v| v.and_then(|b| bytemuck::try_cast_slice(b).ok()))
                 });
                 let aligned = views.iter().zip(&direct).all(|(v, d)| v.is_none() || d.flatten().is_some());
                 if let (true, Ok(out)) = (aligned, bytemuck::try_cast_slice_mut(out)) {
-                    let ins: [Option<&[f32]>; MAX_SOURCES] = std::array::from_fn(|i| direct[i].flatten());
+                    let ins: [Option<&[f32]>; MAX_TENSOR_READS] =
+                        std::array::from_fn(|i| direct[i].flatten());
                     return body(out, &ins[..views.len()]);
                 }
             }
-            let widened: [Option<Cow<[f32]>>; MAX_SOURCES] =
+            let widened: [Option<Cow<[f32]>>; MAX_TENSOR_READS] =
                 std::array::from_fn(|i| Some(to_f32(views.get(i).copied().flatten()?, src_dtypes[i]?)));
-            let ins: [Option<&[f32]>; MAX_SOURCES] = std::array::from_fn(|i| widened[i].as_deref());
+            let ins: [Option<&[f32]>; MAX_TENSOR_READS] = std::array::from_fn(|i| widened[i].as_deref());
             let ins = &ins[..views.len()];
             if dst_dtype == DType::F32 {
                 body(bytemuck::cast_slice_mut(out), ins);
@@ -963,9 +961,9 @@ impl Vm {
         body: impl FnOnce(&mut [i32], &[Option<&[i32]>]),
     ) {
         self.with_operands(p, f, dst, srcs, |out, views| {
-            let ints: [Option<Cow<[i32]>>; MAX_SOURCES] =
+            let ints: [Option<Cow<[i32]>>; MAX_TENSOR_READS] =
                 std::array::from_fn(|i| Some(cast_or_copy(views.get(i).copied().flatten()?)));
-            let ins: [Option<&[i32]>; MAX_SOURCES] = std::array::from_fn(|i| ints[i].as_deref());
+            let ins: [Option<&[i32]>; MAX_TENSOR_READS] = std::array::from_fn(|i| ints[i].as_deref());
             body(bytemuck::cast_slice_mut(out), &ins[..views.len()])
         })
     }
@@ -1002,9 +1000,6 @@ impl Vm {
         }
     }
 }
-
-/// Most sources one instruction reads (MATMUL: a, b, bias; LAYERNORM: x, gamma, beta).
-const MAX_SOURCES: usize = 4;
 
 /// Per-run state.
 struct Frame {

@@ -28,11 +28,11 @@
 
 use std::ops::{ControlFlow, Range};
 
-use super::{binary_of, norm_axis, unary_of, ConstStore, Frame, Loc, Observer, StepEvent, Vm, MAX_SOURCES};
+use super::{binary_of, norm_axis, unary_of, ConstStore, Frame, Loc, Observer, StepEvent, Vm};
 use crate::exec::cpu::reference::{MatmulShape, Reduce};
 use crate::exec::cpu::{self as cpu, simd, Ctx};
 use crate::format::Program;
-use crate::isa::{DType, Insn, Opcode, TensorId};
+use crate::isa::{DType, Group, Insn, Opcode, TensorId, TensorOperands, MAX_TENSOR_READS};
 
 /// Least work (elements of the output or first source, or multiply-adds for MATMUL) for an instruction to join a
 /// batch: below it a task costs more than running in line.
@@ -55,43 +55,19 @@ pub(super) struct Ran {
 struct Member {
     index: usize,
     dst: Range<usize>,
-    srcs: [Option<TensorId>; MAX_SOURCES],
+    srcs: [Option<TensorId>; MAX_TENSOR_READS],
 }
 
-/// The destination and sources of a float kernel instruction that may join a batch.
-fn operands(insn: &Insn) -> Option<(TensorId, [Option<TensorId>; MAX_SOURCES])> {
-    Some(match *insn {
-        Insn::Neg { dst, a }
-        | Insn::Abs { dst, a }
-        | Insn::Sqrt { dst, a }
-        | Insn::Rsqrt { dst, a }
-        | Insn::Exp { dst, a }
-        | Insn::Log { dst, a }
-        | Insn::Relu { dst, a }
-        | Insn::Sigmoid { dst, a }
-        | Insn::Tanh { dst, a }
-        | Insn::Gelu { dst, a }
-        | Insn::AddS { dst, a, .. }
-        | Insn::SubS { dst, a, .. }
-        | Insn::MulS { dst, a, .. }
-        | Insn::DivS { dst, a, .. }
-        | Insn::MaxS { dst, a, .. }
-        | Insn::MinS { dst, a, .. } => (dst, [Some(a), None, None, None]),
-        Insn::Add { dst, a, b }
-        | Insn::Sub { dst, a, b }
-        | Insn::Mul { dst, a, b }
-        | Insn::Div { dst, a, b }
-        | Insn::Max { dst, a, b }
-        | Insn::Min { dst, a, b } => (dst, [Some(a), Some(b), None, None]),
-        Insn::Matmul { dst, a, b, bias, .. } => (dst, [Some(a), Some(b), bias, None]),
-        Insn::Softmax { dst, x, mask, .. } => (dst, [Some(x), mask, None, None]),
-        Insn::Layernorm { dst, x, gamma, beta, .. } => (dst, [Some(x), gamma, beta, None]),
-        Insn::Rmsnorm { dst, x, gamma, .. } => (dst, [Some(x), gamma, None, None]),
-        Insn::ReduceSum { dst, src, .. }
-        | Insn::ReduceMean { dst, src, .. }
-        | Insn::ReduceMax { dst, src, .. } => (dst, [Some(src), None, None, None]),
-        _ => return None,
-    })
+/// The destination and sources of an instruction that may join a batch: one of the
+/// elementwise and tensor groups, whose instructions opcodes/isa.toml defines as kernels (pure
+/// functions of their tensor operands that cannot fail at run time), and all of which
+/// [`run_kernel`] runs.
+fn operands(insn: &Insn) -> Option<(TensorId, [Option<TensorId>; MAX_TENSOR_READS])> {
+    if !matches!(insn.info().group, Group::Elementwise | Group::Tensor) {
+        return None;
+    }
+    let TensorOperands { dst, srcs } = insn.tensor_operands();
+    Some((dst?, srcs))
 }
 
 /// The reduction dimension of a MATMUL (1 for other instructions).
@@ -134,8 +110,9 @@ fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
     a.start < b.end && b.start < a.end
 }
 
-/// Runs one float kernel instruction on its operands: the same calls as `Vm::exec`.
-fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<&[f32]>; MAX_SOURCES]) {
+/// Runs one batch member on its sources (`ins` holds them in the slots of
+/// [`TensorOperands::srcs`]): the same calls as `Vm::exec`.
+fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<&[f32]>; MAX_TENSOR_READS]) {
     let shape = |t: TensorId| f.shapes[t.0 as usize].as_slice();
     let x = ins[0].unwrap_or_default();
     match *insn {
@@ -255,7 +232,7 @@ impl Vm {
         // This runs before every instruction of a plain run: the cheap tests here, the rest in
         // `run_batch`, out of line.
         self.pool.as_ref()?;
-        let dst = self.writes[pc]?;
+        let dst = self.program.instructions()[pc].insn.writes()?;
         if f.counts[dst.0 as usize] < START_MIN {
             return None;
         }
@@ -306,7 +283,7 @@ impl Vm {
         let arena = ArenaPtr(self.arena.bytes_mut().as_mut_ptr());
         let mut tasks = Vec::with_capacity(members.len());
         for m in &members {
-            let mut ins: [Option<&[f32]>; MAX_SOURCES] = [None; MAX_SOURCES];
+            let mut ins: [Option<&[f32]>; MAX_TENSOR_READS] = [None; MAX_TENSOR_READS];
             for (slot, s) in ins.iter_mut().zip(m.srcs) {
                 if let Some(t) = s {
                     *slot = Some(self.source(p, f, arena, t)?);
