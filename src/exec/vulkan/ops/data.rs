@@ -147,9 +147,8 @@ pub fn unary(
         matches!(op, Unary::Sqrt | Unary::Rsqrt | Unary::Exp | Unary::Log | Unary::Sigmoid | Unary::Tanh);
     let name = if tier == Tier::Fast && vendor { "unary_fast" } else { "unary" };
     let kernel = k.specialized(name, &[code])?;
-    // unary_fast takes four elements a thread.
-    let items = if name == "unary_fast" { (n as u64).div_ceil(4) } else { n as u64 };
-    let groups = groups_for(rec.device(), items, LOCAL_SIZE);
+    // Both kernels take four elements a thread.
+    let groups = groups_for(rec.device(), (n as u64).div_ceil(4), LOCAL_SIZE);
     rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(x)], &[n32, code, 0], groups)
 }
 
