@@ -119,7 +119,7 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     };
     // Elementwise operands as [n / g, g], g = gcd(n, 4096): the same elements in the same order,
     // with rows that the GPU's REDUCE_SUM takes (at most 2^24 elements a row).
-    let g = (1..=12).rev().map(|b| 1usize << b).find(|g| n % g == 0).unwrap_or(1);
+    let g = (1..=12).rev().map(|b| 1usize << b).find(|&g| n.is_multiple_of(g)).unwrap_or(1);
     let flat = [n / g, g];
     let flat_decl = format!("{}, {g}", n / g);
     let (src, index, inputs, flops, bytes): (String, usize, Vec<(&str, HostTensor)>, f64, f64) =
