@@ -27,18 +27,29 @@ float strict_ftz(float x) {
 
 float strict_canon(float x) { return strict_isnan(x) ? S_F(STRICT_CANONICAL_NAN) : strict_ftz(x); }
 
+// add, sub and mul flush their operands but do not canonicalize a NaN operand as
+// numerics::ops does first: a NaN operand makes the IEEE result a NaN whatever its payload,
+// and the result is canonicalized, so the bits are the same with two fewer checks.
 float strict_add(float a, float b) {
-    precise float r = strict_canon(a) + strict_canon(b);
+    precise float r = strict_ftz(a) + strict_ftz(b);
     return strict_canon(r);
 }
 float strict_sub(float a, float b) {
-    precise float r = strict_canon(a) - strict_canon(b);
+    precise float r = strict_ftz(a) - strict_ftz(b);
     return strict_canon(r);
 }
 // Flush with tininess after rounding (x86 MXCSR FTZ+DAZ); see numerics::mul for the steps.
+// Operands of magnitude 2^-63 to 2^64 (exponent fields 64 to 190) take the IEEE product as it
+// is: it is at least 2^-126, so nothing is flushed and no tininess arises, and it is no NaN
+// (an overflow to infinity is what the full steps give too).
 float strict_mul(float a, float b) {
-    a = strict_canon(a);
-    b = strict_canon(b);
+    uint ea = (floatBitsToUint(a) >> 23) & 0xffu, eb = (floatBitsToUint(b) >> 23) & 0xffu;
+    if (ea - 64u <= 126u && eb - 64u <= 126u) {
+        precise float p = a * b;
+        return p;
+    }
+    a = strict_ftz(a);
+    b = strict_ftz(b);
     precise float r = a * b;
     r = strict_canon(r);
     if ((floatBitsToUint(r) & 0x7fffffffu) == 0x00800000u) {
