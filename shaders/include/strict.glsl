@@ -1,7 +1,10 @@
 // strict.glsl -- adeadvm strict-tier scalar math, the GLSL twin of src/numerics (Rust).
 //
 // Every function here repeats, step for step, the Rust function of the same name in
-// adeadvm::numerics; the step lists are in the Rust doc comments and docs/numerics.md. Rules:
+// adeadvm::numerics; the step lists are in the Rust doc comments and docs/numerics.md. Where a
+// function takes a shortcut (plain IEEE operations where no operand or result can be denormal
+// or NaN, no canonicalizing of a NaN that the result's canonicalization covers), its comment
+// says why the bits are the same; tests/vulkan.rs compares every op with the CPU's bits. Rules:
 //  * float arithmetic is only add/sub/mul, each on a `precise` variable (SPIR-V NoContraction, so
 //    never fused into an FMA), with inputs and result flushed (denormal -> signed zero) and NaN
 //    canonicalized to 0x7fc00000 explicitly: lavapipe keeps denormals, NVIDIA flushes them;
@@ -71,16 +74,18 @@ float strict_i_neg(float x) {
 }
 float strict_i_abs(float x) { return S_F(floatBitsToUint(strict_canon(x)) & 0x7fffffffu); }
 
+// max and min flush their operands (canonicalizing a NaN first, as numerics::ops does, would
+// only be checked for NaN again).
 float strict_max(float a, float b) {
-    a = strict_canon(a);
-    b = strict_canon(b);
+    a = strict_ftz(a);
+    b = strict_ftz(b);
     if (strict_isnan(a) || strict_isnan(b)) return strict_i_nan();
     if (a == b) return S_F(floatBitsToUint(a) & floatBitsToUint(b));
     return (a > b) ? a : b;
 }
 float strict_min(float a, float b) {
-    a = strict_canon(a);
-    b = strict_canon(b);
+    a = strict_ftz(a);
+    b = strict_ftz(b);
     if (strict_isnan(a) || strict_isnan(b)) return strict_i_nan();
     if (a == b) return S_F(floatBitsToUint(a) | floatBitsToUint(b));
     return (a < b) ? a : b;
