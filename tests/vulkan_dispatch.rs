@@ -128,6 +128,20 @@ fn a_recorder_dropped_with_work_in_flight_waits_for_it() {
     }
 }
 
+/// The scalar CPU reference, one thread.
+fn cpu_config() -> VmConfig {
+    VmConfig { simd: Some(SimdLevel::Scalar), threads: Some(1), backend: Backend::Cpu, ..VmConfig::default() }
+}
+
+/// Every instruction on the Vulkan device.
+fn gpu_config() -> VmConfig {
+    VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() }
+}
+
+/// One step of the chain programs: six dependent instructions on %a, %b and %t.
+const CHAIN_STEP: &str =
+    "MUL %a, %a, 1.7\nADD %a, %a, %b\nTANH %a, %a\nMUL %b, %b, 0.9\nMUL %t, %a, 0.1\nADD %b, %b, %t\n";
+
 /// The chain as a program: six dependent instructions a step, outputs stored on the way.
 fn chain_program(steps: usize) -> String {
     let mut s = String::from(
@@ -136,7 +150,7 @@ fn chain_program(steps: usize) -> String {
          ALLOC %a: f32[777]\nALLOC %b: f32[777]\nALLOC %t: f32[777]\nCOPY %a, %x\nCOPY %b, %y\n",
     );
     for i in 0..steps {
-        s.push_str("MUL %a, %a, 1.7\nADD %a, %a, %b\nTANH %a, %a\nMUL %b, %b, 0.9\nMUL %t, %a, 0.1\nADD %b, %b, %t\n");
+        s.push_str(CHAIN_STEP);
         if i % (steps / 3) == steps / 3 - 1 && i / (steps / 3) < 3 {
             s.push_str(&format!("STORE y{}, %a\n", i / (steps / 3)));
         }
@@ -149,16 +163,9 @@ fn chain_program(steps: usize) -> String {
 fn a_program_of_thousands_of_dependent_instructions_matches_the_cpu() {
     let Some(_) = exec() else { return };
     let p = build(&chain_program(1000));
-    let cpu = VmConfig {
-        simd: Some(SimdLevel::Scalar),
-        threads: Some(1),
-        backend: Backend::Cpu,
-        ..VmConfig::default()
-    };
-    let gpu = VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() };
-    let want = run_with(&p, &[], cpu).unwrap();
+    let want = run_with(&p, &[], cpu_config()).unwrap();
     for round in 0..2 {
-        let got = run_with(&p, &[], gpu.clone()).unwrap();
+        let got = run_with(&p, &[], gpu_config()).unwrap();
         for (name, w) in &want {
             assert!(w.bytes() == got[name].bytes(), "round {round}: output {name} differs from the CPU");
         }
@@ -196,7 +203,7 @@ fn rerun_program(steps: usize) -> String {
          COPY %a, %x\nCOPY %b, %y\nGATHER %g, %w, %ids\nSTORE g, %g\n",
     );
     for i in 0..steps {
-        s.push_str("MUL %a, %a, 1.7\nADD %a, %a, %b\nTANH %a, %a\nMUL %b, %b, 0.9\nMUL %t, %a, 0.1\nADD %b, %b, %t\n");
+        s.push_str(CHAIN_STEP);
         if i == steps / 2 {
             s.push_str("STORE y0, %a\n");
         }
@@ -213,20 +220,12 @@ fn rerun_program(steps: usize) -> String {
 fn later_runs_reuse_command_buffers_and_keep_the_bits() {
     let Some(ex) = exec() else { return };
     let p = build(&rerun_program(200));
-    let cpu = VmConfig {
-        simd: Some(SimdLevel::Scalar),
-        threads: Some(1),
-        backend: Backend::Cpu,
-        ..VmConfig::default()
-    };
-    let mut vm =
-        Vm::new(p.clone(), VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() })
-            .unwrap();
+    let mut vm = Vm::new(p.clone(), gpu_config()).unwrap();
     let pushes = ex.device().uses_push_descriptors();
     for run in 0..5u64 {
         let x = f32s(&[777], &Rng(100 + run).vec(777, -1.0, 1.0));
         let ids = i32s(&[5], &[run as i32, 3, 8, 776 - run as i32, 0]);
-        let want = run_with(&p, &[("x", x.clone()), ("ids", ids.clone())], cpu.clone()).unwrap();
+        let want = run_with(&p, &[("x", x.clone()), ("ids", ids.clone())], cpu_config()).unwrap();
         vm.set_input("x", x).unwrap();
         vm.set_input("ids", ids).unwrap();
         let stats = vm.run().unwrap();
