@@ -97,7 +97,13 @@ fn c_example_builds_links_and_runs() {
         bib.display().to_string()
     }] {
         for exe in &exes {
-            let run = Command::new(exe).current_dir(ROOT).args([program.as_str(), "784"]).output().unwrap();
+            // This build's library first: cargo's LD_LIBRARY_PATH may name an older one.
+            let run = Command::new(exe)
+                .current_dir(ROOT)
+                .args([program.as_str(), "784"])
+                .env("LD_LIBRARY_PATH", &lib)
+                .output()
+                .unwrap();
             let stdout = String::from_utf8_lossy(&run.stdout);
             assert!(run.status.success(), "{program}: {stdout}\n{}", String::from_utf8_lossy(&run.stderr));
             assert!(
