@@ -246,7 +246,8 @@ fn later_runs_reuse_command_buffers_and_keep_the_bits() {
 }
 
 /// A sub-batch whose commands differ from the previous run's in one push constant is encoded
-/// again (and computes with the new value); the others are reused.
+/// again (and computes with the new value); the others are reused. After a shorter run, the
+/// sub-batches it did not reach are dropped from the cache (they are encoded again).
 #[test]
 fn a_changed_command_is_encoded_again() {
     let Some(ex) = exec() else { return };
@@ -258,11 +259,11 @@ fn a_changed_command_is_encoded_again() {
     let mut rec = Recorder::new(ex.device()).unwrap();
     let x = ex.alloc(4 * 64).unwrap();
     const ADDS: usize = 300;
-    let mut run = |changed: Option<usize>| {
+    let mut run = |adds: usize, changed: Option<usize>| {
         rec.begin_run();
         let (subs, reused) = (rec.submissions(), rec.reused());
         data::fill(k, &mut rec, &x, 64, 0).unwrap();
-        for i in 0..ADDS {
+        for i in 0..adds {
             let v = if Some(i) == changed { 2.0 } else { 1.0 };
             data::binary_scalar(k, &mut rec, Binary::Add, &x, &x, v, 64).unwrap();
         }
@@ -273,15 +274,20 @@ fn a_changed_command_is_encoded_again() {
         rec.clear_downloads();
         (bytemuck::pod_collect_to_vec::<u8, f32>(&out), rec.submissions() - subs, rec.reused() - reused)
     };
-    let (first, subs, reused) = run(None);
+    let (first, subs, reused) = run(ADDS, None);
     assert!(first.iter().all(|&v| v == ADDS as f32) && subs >= 5 && reused == 0, "{subs} {reused}");
-    let (same, subs2, reused) = run(None);
+    let (same, subs2, reused) = run(ADDS, None);
     assert!(same == first && subs2 == subs && reused == subs, "{subs2} submissions, {reused} reused");
-    let (changed, subs3, reused) = run(Some(250));
+    let (changed, subs3, reused) = run(ADDS, Some(250));
     assert!(changed.iter().all(|&v| v == ADDS as f32 + 1.0), "the changed constant was not used");
     assert_eq!((subs3, reused), (subs, subs - 1), "only the changed sub-batch is encoded again");
-    let (back, _, reused) = run(None);
+    let (back, _, reused) = run(ADDS, None);
     assert!(back == first && reused == subs - 1, "{reused}");
+    // A third of the work: its first sub-batches are the long run's, its last one is not.
+    let (short, _, prefix) = run(ADDS / 3, None);
+    assert!(short.iter().all(|&v| v == (ADDS / 3) as f32) && prefix >= 1 && prefix < subs - 1, "{prefix}");
+    let (again, _, reused) = run(ADDS, None);
+    assert!(again == first && reused == prefix, "{reused} reused after a short run that reused {prefix}");
 }
 
 /// Nanoseconds this thread has run on a CPU, or None.

@@ -316,30 +316,38 @@ impl CommandLog {
     }
 }
 
+/// `n` values of `fill`: the first `n` of `inline` (on the caller's stack) when they fit, else a
+/// new vector in `heap`. Dispatches bind at most [`MAX_BINDINGS`] buffers but for rare kernels,
+/// so recording one allocates nothing.
+fn stack_or_heap<'a, T: Copy>(
+    n: usize,
+    inline: &'a mut [T; INLINE],
+    heap: &'a mut Vec<T>,
+    fill: T,
+) -> &'a mut [T] {
+    if n <= INLINE {
+        inline[..n].fill(fill);
+        &mut inline[..n]
+    } else {
+        *heap = vec![fill; n];
+        heap
+    }
+}
+
 /// Calls `f` with storage-buffer descriptor writes of `ranges` at bindings 0.. (on the stack up
 /// to [`MAX_BINDINGS`]); their `dst_set` is null.
 fn with_writes<R>(ranges: &[BufferRange], f: impl FnOnce(&mut [vk::WriteDescriptorSet]) -> R) -> R {
     let n = ranges.len();
-    let mut info_inline = [vk::DescriptorBufferInfo::default(); INLINE];
-    let mut info_heap;
-    let infos: &mut [vk::DescriptorBufferInfo] = if n <= INLINE {
-        &mut info_inline[..n]
-    } else {
-        info_heap = vec![vk::DescriptorBufferInfo::default(); n];
-        &mut info_heap
-    };
+    let empty = vk::DescriptorBufferInfo::default();
+    let (mut info_inline, mut info_heap) = ([empty; INLINE], Vec::new());
+    let infos = stack_or_heap(n, &mut info_inline, &mut info_heap, empty);
     for (info, r) in infos.iter_mut().zip(ranges) {
         *info = vk::DescriptorBufferInfo { buffer: r.buffer, offset: r.offset, range: r.range };
     }
     let infos: &[vk::DescriptorBufferInfo] = infos;
-    let mut write_inline = [vk::WriteDescriptorSet::default(); INLINE];
-    let mut write_heap;
-    let writes: &mut [vk::WriteDescriptorSet] = if n <= INLINE {
-        &mut write_inline[..n]
-    } else {
-        write_heap = vec![vk::WriteDescriptorSet::default(); n];
-        &mut write_heap
-    };
+    let blank = vk::WriteDescriptorSet::default();
+    let (mut write_inline, mut write_heap) = ([blank; INLINE], Vec::new());
+    let writes = stack_or_heap(n, &mut write_inline, &mut write_heap, blank);
     for (i, (w, info)) in writes.iter_mut().zip(infos).enumerate() {
         *w = vk::WriteDescriptorSet::default()
             .dst_binding(i as u32)
@@ -597,7 +605,23 @@ impl Recorder {
     /// nothing recorded (after a flush).
     pub fn begin_run(&mut self) {
         self.caching = self.reuse;
+        self.drop_cached_from(self.sub_batch);
         self.sub_batch = 0;
+    }
+
+    /// Drops the cached sub-batches numbered `n` and up (the previous run, shorter or failed,
+    /// did not reach them) with their command buffers and what they hold, such as an arena
+    /// since replaced. Only with nothing recorded or in flight (so that every cached command
+    /// buffer has finished); otherwise they stay until a later run.
+    fn drop_cached_from(&mut self, n: usize) {
+        if n >= self.cache.len() || self.has_work() || self.poisoned.is_some() {
+            return;
+        }
+        let cmds: Vec<vk::CommandBuffer> = self.cache.drain(n..).flatten().map(|c| c.cmd).collect();
+        if !cmds.is_empty() {
+            // SAFETY: nothing is in flight, so none of these is pending; they came from this pool.
+            unsafe { self.dev.raw().free_command_buffers(self.cache_pool, &cmds) };
+        }
     }
 
     /// Sub-batches submitted from a command buffer encoded for an earlier run.
@@ -919,15 +943,8 @@ impl Recorder {
                 i = self.begin()?;
             }
         }
-        // Accesses on the stack (on the heap past INLINE bindings).
-        let mut access_inline = [Access::NONE; INLINE];
-        let mut access_heap;
-        let accesses: &mut [Access] = if n <= INLINE {
-            &mut access_inline[..n]
-        } else {
-            access_heap = vec![Access::NONE; n];
-            &mut access_heap
-        };
+        let (mut access_inline, mut access_heap) = ([Access::NONE; INLINE], Vec::new());
+        let accesses = stack_or_heap(n, &mut access_inline, &mut access_heap, Access::NONE);
         let first = self.log.ranges.len();
         for (b, access) in bindings.iter().zip(accesses.iter_mut()) {
             let (buffer, start, end) = b.slice.span();
