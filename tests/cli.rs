@@ -208,6 +208,24 @@ fn usage_errors_exit_2() {
     assert!(text(&out.stdout).contains("Assemble a .s file"));
 }
 
+/// `bench` runs a small case, and refuses a size this machine cannot hold before generating any
+/// input (a softmax over 2^21 x 2^21 elements is 16 TiB), rather than being killed for memory.
+#[test]
+fn bench_runs_and_refuses_what_does_not_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = adeadvm(&["bench", "exp", "1000", "--iters", "2"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("exp 1000  cpu strict"), "{}", text(&out.stdout));
+    let out = adeadvm(&["bench", "softmax", "2M"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("bench softmax 2097152: its tensors take about")
+            && err.contains("choose a smaller SIZE"),
+        "{err}"
+    );
+}
+
 #[test]
 fn run_writes_outputs_and_replay_proves_them() {
     let dir = tempfile::tempdir().unwrap();

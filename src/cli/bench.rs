@@ -97,6 +97,24 @@ impl Observer for TimeOf {
 pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let n = a.size;
     let tier = Tier::from_name(&a.tier).context("tier")?;
+    // Refused before any input is generated: the largest tensor, held about six times over (the
+    // generated values, the bound input, the arena, the device's copies and the summed result).
+    let largest = match a.kernel {
+        Kernel::Matmul | Kernel::MatmulF16 | Kernel::Softmax => n.checked_mul(n),
+        Kernel::Layernorm => n.checked_mul(1024),
+        Kernel::Add | Kernel::Exp | Kernel::Gelu => Some(n),
+        Kernel::Dispatch => Some(1),
+    };
+    let need = largest.and_then(|e| (e as u64).checked_mul(4 * 6)).unwrap_or(u64::MAX);
+    let available = adeadvm::vm::available_memory();
+    if need > available {
+        bail!(
+            "bench {} {n}: its tensors take about {:.1} GB with their copies; this machine has {:.1} GB available (choose a smaller SIZE)",
+            a.kernel.to_possible_value().map_or_else(|| format!("{:?}", a.kernel), |v| v.get_name().to_string()),
+            need as f64 / 1e9,
+            available as f64 / 1e9
+        );
+    }
     // (program text, timed instruction index, inputs, flops per run, bytes per run)
     let f32_input = |shape: Vec<usize>, seed: u32| -> Result<HostTensor> {
         let count: usize = shape.iter().product();
