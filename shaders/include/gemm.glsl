@@ -57,6 +57,11 @@ const uint TM = GEMM_TM;
 const uint TN = GEMM_TN;
 const uint WG = GEMM_WG;
 layout(constant_id = 0) const bool HW_FTZ = false;
+// Set by ops::rows where M, N and K are whole multiples of BM, BN and BK and both operands'
+// contiguous dimensions and batch strides are multiples of 4: then no load needs a bounds check
+// (a branch the driver removes when it builds the pipeline; measured on an H100 with 128x128
+// tiles: 34.8 -> 37.0 TFLOP/s at 4096^2; checking at run time per tile gained nothing).
+layout(constant_id = 1) const bool ALIGNED = false;
 layout(local_size_x = GEMM_WG) in;
 
 // vec4 views of the same bindings (used only when the contiguous dimension is a multiple of 4).
@@ -99,21 +104,25 @@ uint in_range(uint first, uint end) { return first >= end ? 0u : min(end - first
 // Global -> registers: load `l` (0 or 1) of this thread for the chunk starting at k0, of an
 // operand whose other dimension has X elements from x0 on and BX in the tile. Stored with k
 // contiguous (a as [M, K] without ta, b as [N, K] with tb) it is read along k, else (stored
-// [K, X]) along its other dimension. One body for both operands (hence the macro).
-#define GEMM_LOAD_OPERAND(name, load4, k_contiguous, BX, x0, X, xoff)                   \
+// [K, X]) along its other dimension. Under ALIGNED every chunk lies wholly inside both
+// operands, read as vec4s, so the load needs no bounds checks (the same values). One body for
+// both operands (hence the macro).
+#define GEMM_LOAD_OPERAND(name, load4, x4, k_contiguous, BX, x0, X, xoff)               \
     vec4 name(uint l, uint k0) {                                                          \
         uint idx = l * WG + gl_LocalInvocationID.x;                                       \
         if (k_contiguous) {                                                               \
             uint r = idx / (BK / 4u), kq = idx % (BK / 4u);                               \
             uint gr = x0 + r, gk = k0 + kq * 4u;                                          \
+            if (ALIGNED) return x4[(xoff + gr * K + gk) / 4u];                            \
             return gr < X ? load4(xoff + gr * K + gk, in_range(gk, k_end)) : vec4(0.0);   \
         }                                                                                 \
         uint kk = idx / (BX / 4u), rq = idx % (BX / 4u);                                  \
         uint gk = k0 + kk, gr = x0 + rq * 4u;                                             \
+        if (ALIGNED) return x4[(xoff + gk * X + gr) / 4u];                                \
         return gk < k_end ? load4(xoff + gk * X + gr, in_range(gr, X)) : vec4(0.0);       \
     }
-GEMM_LOAD_OPERAND(load_a, load4_a, !ta, BM, row0, M, aoff)
-GEMM_LOAD_OPERAND(load_b, load4_b, tb, BN, col0, N, boff)
+GEMM_LOAD_OPERAND(load_a, load4_a, a4, !ta, BM, row0, M, aoff)
+GEMM_LOAD_OPERAND(load_b, load4_b, b4, tb, BN, col0, N, boff)
 void load_chunk(uint k0) {
     ra0 = load_a(0u, k0);
     rb0 = load_b(0u, k0);

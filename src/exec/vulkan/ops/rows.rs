@@ -74,6 +74,11 @@ pub struct GemmTile {
 }
 
 impl GemmTile {
+    /// 128x128 tiles, 8x4 outputs a thread (512 threads): the largest outputs. A third less
+    /// global and shared-memory staging per multiply-add than [`GemmTile::LARGE`]; one
+    /// workgroup fills an NVIDIA multiprocessor's registers. 33 KiB of shared memory: not on
+    /// lavapipe.
+    pub const HUGE: GemmTile = GemmTile { bm: 128, bn: 128, bk: 16, tm: 8, tn: 4 };
     /// 128x64 tiles, 8x4 outputs a thread: large outputs.
     pub const LARGE: GemmTile = GemmTile { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 };
     /// 64x64 tiles staged 32 of k at a time, 4x4 a thread: smaller outputs (more workgroups to
@@ -82,7 +87,7 @@ impl GemmTile {
     /// [`GemmTile::SMALL`] staged 16 of k at a time: within 32 KiB of shared memory (lavapipe).
     pub const COMPACT: GemmTile = GemmTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
     /// Every compiled geometry (shaders/gemm_{strict,fast}_BMxBNxBK_TMxTN.comp), largest first.
-    pub const ALL: [GemmTile; 3] = [GemmTile::LARGE, GemmTile::SMALL, GemmTile::COMPACT];
+    pub const ALL: [GemmTile; 4] = [GemmTile::HUGE, GemmTile::LARGE, GemmTile::SMALL, GemmTile::COMPACT];
 
     /// Threads per workgroup.
     pub fn threads(&self) -> u32 {
@@ -145,12 +150,14 @@ impl GemmTile {
 
     /// The tile for a matmul of `tiles_of(tile)` output tiles: `ADEADVM_GEMM_TILE`
     /// (`BMxBNxBK/TMxTN`, one of [`GemmTile::ALL`], for tuning experiments; ignored unless the
-    /// device can run it), else [`GemmTile::LARGE`] when it still gives at least
-    /// [`LARGE_MIN_TILES`] workgroups, else [`GemmTile::SMALL`], else (not enough shared
-    /// memory) [`GemmTile::COMPACT`]. Measured on an H100 (driver 580, TFLOP/s at 1024^2 and
-    /// 4096^2, fast and strict): LARGE 25.8/33.5 and 16.5/20.2, SMALL 27.1/29.1 and 18.1/19.3,
-    /// COMPACT 24.5/26.0 and 17.3/18.3; 8x8 outputs a thread (128x128, 128x64, 64x128 tiles,
-    /// k by 8 or 16, fully unrolled or not) and 64x128 tiles of 4x8 did no better.
+    /// device can run it), else [`GemmTile::HUGE`] when it still gives at least
+    /// [`HUGE_MIN_TILES`] workgroups, else [`GemmTile::LARGE`] from [`LARGE_MIN_TILES`], else
+    /// [`GemmTile::SMALL`], else (not enough shared memory) [`GemmTile::COMPACT`]. Measured on
+    /// an H100 (driver 580, TFLOP/s at 1024^2 and 4096^2, fast and strict): LARGE 25.8/33.5 and
+    /// 16.5/20.2, SMALL 27.1/29.1 and 18.1/19.3, COMPACT 24.5/26.0 and 17.3/18.3; 8x8 outputs a
+    /// thread (128x128, 128x64, 64x128 tiles, k by 8 or 16, fully unrolled or not) and 64x128
+    /// tiles of 4x8 did no better. Session 6, whole tiles (ALIGNED): HUGE 33.8 fast and 20.1
+    /// strict at 2048^2 (LARGE 31.6 and 19.6), 36.0 and 20.7 at 4096^2 (LARGE 35.1 and 20.5).
     fn chosen(rec: &Recorder, tiles_of: impl Fn(GemmTile) -> u64) -> GemmTile {
         static FORCED: std::sync::OnceLock<Option<GemmTile>> = std::sync::OnceLock::new();
         let forced = FORCED.get_or_init(|| {
@@ -173,6 +180,9 @@ impl GemmTile {
             }
         }
         let usable = |t: &GemmTile| t.unusable(rec).is_none();
+        if usable(&GemmTile::HUGE) && tiles_of(GemmTile::HUGE) >= HUGE_MIN_TILES {
+            return GemmTile::HUGE;
+        }
         if usable(&GemmTile::LARGE) && tiles_of(GemmTile::LARGE) >= LARGE_MIN_TILES {
             return GemmTile::LARGE;
         }
@@ -180,13 +190,15 @@ impl GemmTile {
     }
 
     /// The compiled shader of this geometry for `tier` on `k`'s device, with its
-    /// specialization constant (HW_FTZ, strict tier only).
-    fn kernel(&self, k: &Kernels, tier: Tier) -> Result<Arc<Kernel>, VulkanError> {
+    /// specialization constants: HW_FTZ (strict tier only), and ALIGNED where `aligned` says
+    /// that no load of the matmul needs a bounds check ([`MatmulPlan::aligned_to`]).
+    fn kernel(&self, k: &Kernels, tier: Tier, aligned: bool) -> Result<Arc<Kernel>, VulkanError> {
         let name = self.shader(tier).ok_or_else(|| invalid(format!("{self:?}: no such GEMM shader")))?;
-        match tier {
-            Tier::Fast => k.specialized(name, &[0]),
-            Tier::Strict => k.specialized(name, &[u32::from(strict_gemm_hw_ftz(k))]),
-        }
+        let hw_ftz = match tier {
+            Tier::Fast => false,
+            Tier::Strict => strict_gemm_hw_ftz(k),
+        };
+        k.specialized(name, &[u32::from(hw_ftz), u32::from(aligned)])
     }
 }
 
@@ -194,6 +206,10 @@ impl GemmTile {
 /// H100's 132 multiprocessors (at 2048^2, 512 tiles, it ran 15% faster than SMALL; at 1024^2,
 /// 128 tiles, 5% slower).
 const LARGE_MIN_TILES: u64 = 384;
+
+/// Output tiles from which [`GemmTile::HUGE`] is chosen (one workgroup a multiprocessor at a
+/// time: about four waves on an H100).
+const HUGE_MIN_TILES: u64 = 512;
 
 /// Rows the fast tier's one-pass row kernels take: from [`FAST_ROW_MIN`] elements (shorter
 /// rows leave most of a 256-thread workgroup idle; the strict kernels share a workgroup between
@@ -433,7 +449,7 @@ pub fn matmul_with(
                     * u64::from(plan.n).div_ceil(u64::from(t.bn))
             }),
         };
-        let kernel = tile.kernel(k, tier)?;
+        let kernel = tile.kernel(k, tier, plan.aligned_to(g, &tile))?;
         (kernel, u64::from(tile.bm), u64::from(tile.bn), GEMM_K_SPAN)
     };
     let mut push = plan.push_constants(g, act_code, bias.is_some(), 0);
@@ -597,6 +613,20 @@ struct MatmulPlan {
 }
 
 impl MatmulPlan {
+    /// Whether `tile` covers this matmul in whole tiles and whole chunks of k, with both
+    /// operands read as vec4s everywhere (contiguous dimensions and batch strides multiples of
+    /// 4): shaders/include/gemm.glsl's ALIGNED, loads without bounds checks.
+    fn aligned_to(&self, g: &MatmulShape, tile: &GemmTile) -> bool {
+        let a_contiguous = if g.ta { self.m } else { self.k };
+        let b_contiguous = if g.tb { self.k } else { self.n };
+        self.m.is_multiple_of(tile.bm)
+            && self.n.is_multiple_of(tile.bn)
+            && self.k.is_multiple_of(tile.bk)
+            && a_contiguous.is_multiple_of(4)
+            && b_contiguous.is_multiple_of(4)
+            && self.axes.iter().all(|ax| ax.a.is_multiple_of(4) && ax.b.is_multiple_of(4))
+    }
+
     /// The push constants of shaders/include/matmul_common.glsl (k_begin 0); `extra_flags` are
     /// or-ed into the flags word.
     fn push_constants(&self, g: &MatmulShape, act_code: u32, has_bias: bool, extra_flags: u32) -> Vec<u32> {
