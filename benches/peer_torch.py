@@ -84,6 +84,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--adeadvm", default="target/release/adeadvm")
     ap.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    ap.add_argument("--only", metavar="KERNEL", help="only the rows of this kernel (e.g. matmul-f16)")
     args = ap.parse_args()
     try:
         import torch
@@ -108,6 +109,8 @@ def main():
     ]
     if args.quick:
         cases = [cases[0], cases[2], cases[3], cases[4]]
+    if args.only:
+        cases = [c for c in cases if c[0] == args.only]
     print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32 with TF32 off (matmul-f16: fp16)")
     print(f"{'kernel':<10} {'size':>9} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
     for kernel, n, strict_target, fast_target in cases:
@@ -117,6 +120,8 @@ def main():
         unit = (lambda x: f"{flops / x / 1e12:.2f} TF/s") if kernel.startswith("matmul") else (lambda x: f"{nbytes / x / 1e9:.0f} GB/s")
         target = ", ".join(x for x in (strict_target, fast_target) if x) or "-"
         print(f"{kernel:<10} {n:>9} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x  {target}")
+    if args.only and args.only != "dispatch":
+        return
     # A chain of dependent tiny operations: the cost of one instruction.
     x = torch.zeros(1, device="cuda")
     chain = []

@@ -30,6 +30,11 @@
 // 256x128 in 4x2 by 16 108, 128x256 in 2x4 by 16 112 (larger tiles fit the 48 KiB only with
 // k by 16). A launch covers 128x128 tiles (ops::rows::matmul_coopmat_f16), so larger tiles
 // work as they are (the spare workgroups return) but smaller ones need the launcher changed.
+// Session 7, with ALIGNED below: 143 at 4096^2, 163 at 8192^2, 114 at 2048^2. Workgroup-scope
+// matrices (VK_NV_cooperative_matrix2: one 256x128 matrix a workgroup of 256, loaded by tensor
+// addressing, the driver staging it) measured 157, 165 and 126 at their best tile (branch
+// coopmat2-experiment); not taken, as ~10% did not pay for a second shader compiler (CI's glslc
+// predates GL_NV_cooperative_matrix2). Neither reaches Hopper's warpgroup MMA.
 #ifndef CM_WARPS_M
 #define CM_WARPS_M 2
 #define CM_WARPS_N 2
@@ -39,6 +44,10 @@
 #endif
 #define CM_WG (32 * CM_WARPS_M * CM_WARPS_N)
 layout(local_size_x = CM_WG) in;
+// Set by ops::rows::matmul_coopmat_f16 where M and N are whole multiples of the tile, K of BK,
+// and both operands' contiguous dimensions and batch strides of 8: then no load needs a bounds
+// check (measured on an H100 at 8192^2: 132 -> 154 TFLOP/s; session 7: 163).
+layout(constant_id = 0) const bool ALIGNED = false;
 
 #ifndef CM_BM // multiples of 128
 #define CM_BM 128
@@ -86,7 +95,7 @@ uvec4 ra[LOADS_A], rb[LOADS_B]; // the next chunk (8 halves each), between globa
 // Eight consecutive halves of a stored operand from element `base`, `n_in` of them in range.
 #define COOPMAT_LOAD8(name, x8, x16, vec_ok)                                          \
     uvec4 name(uint base, uint n_in) {                                                \
-        if (n_in >= 8u && vec_ok) {                                                   \
+        if (ALIGNED || (n_in >= 8u && vec_ok)) {                                      \
             return x8[base / 8u];                                                     \
         }                                                                             \
         float16_t h[8];                                                               \
@@ -102,23 +111,24 @@ COOPMAT_LOAD8(load8_b, b8, b16, b_vec)
 uint in_range8(uint first, uint end) { return first >= end ? 0u : min(end - first, 8u); }
 
 // Load `l` of this thread: a staged tile has BM * BK / 8 runs of 8 halves.
+// (Under ALIGNED every run is in range: the checks fold away when the pipeline is built.)
 uvec4 load_a(uint l, uint k0) {
     uint idx = l * WG + gl_LocalInvocationID.x;
     if (!ta) { // [M, K]: 128 rows of m, BK / 8 runs of k each
         uint r = idx / (BK / 8u), c = (idx % (BK / 8u)) * 8u;
-        return row0 + r < M ? load8_a(aoff + (row0 + r) * K + k0 + c, in_range8(k0 + c, K)) : uvec4(0u);
+        return ALIGNED || row0 + r < M ? load8_a(aoff + (row0 + r) * K + k0 + c, in_range8(k0 + c, K)) : uvec4(0u);
     }
     uint r = idx / (BM / 8u), c = (idx % (BM / 8u)) * 8u; // [K, M]: BK rows of k, BM / 8 runs of m
-    return k0 + r < K ? load8_a(aoff + (k0 + r) * M + row0 + c, in_range8(row0 + c, M)) : uvec4(0u);
+    return ALIGNED || k0 + r < K ? load8_a(aoff + (k0 + r) * M + row0 + c, in_range8(row0 + c, M)) : uvec4(0u);
 }
 uvec4 load_b(uint l, uint k0) {
     uint idx = l * WG + gl_LocalInvocationID.x;
     if (tb) { // [N, K]: 128 rows of n, BK / 8 runs of k
         uint r = idx / (BK / 8u), c = (idx % (BK / 8u)) * 8u;
-        return col0 + r < N ? load8_b(boff + (col0 + r) * K + k0 + c, in_range8(k0 + c, K)) : uvec4(0u);
+        return ALIGNED || col0 + r < N ? load8_b(boff + (col0 + r) * K + k0 + c, in_range8(k0 + c, K)) : uvec4(0u);
     }
     uint r = idx / (BN / 8u), c = (idx % (BN / 8u)) * 8u; // [K, N]: BK rows of k, BN / 8 runs of n
-    return k0 + r < K ? load8_b(boff + (k0 + r) * N + col0 + c, in_range8(col0 + c, N)) : uvec4(0u);
+    return ALIGNED || k0 + r < K ? load8_b(boff + (k0 + r) * N + col0 + c, in_range8(col0 + c, N)) : uvec4(0u);
 }
 
 // Where run `l` of this thread goes in its staged tile (BX elements of the other dimension,

@@ -798,7 +798,7 @@ fn reduce_in_a_long_looped_grid() {
 }
 
 /// The fast tier's f16 GEMM on cooperative matrices (only where the device has them): over
-/// transposes, broadcast batches, bias, RELU, unaligned shapes and both output types, every
+/// transposes, broadcast batches, bias, RELU, aligned and unaligned shapes and both output types, every
 /// output within the rounding of f32 sums (plus the f16 output's own rounding) of the CPU
 /// reference on the same f16 values, and the same bits on a second run.
 #[test]
@@ -825,6 +825,8 @@ fn coopmat_f16_gemm_is_repeatable_and_accurate() {
         (vec![], (200, 136, 72), (false, true), Some(vec![136]), Act::Relu),
         (vec![3], (33, 17, 40), (true, false), Some(vec![33, 1]), Act::None),
         (vec![2], (130, 257, 29), (true, true), None, Act::Relu),
+        // Whole tiles and runs of 8 halves, transposed and batched: loads without bounds checks.
+        (vec![2], (128, 256, 96), (true, true), Some(vec![256]), Act::None),
     ];
     for (dims, (m, n, k), (ta, tb), bias_shape, act) in cases {
         let full = vec![true; dims.len()];

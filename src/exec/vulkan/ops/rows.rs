@@ -449,7 +449,7 @@ pub fn matmul_with(
                     * u64::from(plan.n).div_ceil(u64::from(t.bn))
             }),
         };
-        let kernel = tile.kernel(k, tier, plan.aligned_to(g, &tile))?;
+        let kernel = tile.kernel(k, tier, plan.aligned_to(g, &tile, 4))?;
         (kernel, u64::from(tile.bm), u64::from(tile.bn), GEMM_K_SPAN)
     };
     let mut push = plan.push_constants(g, act_code, bias.is_some(), 0);
@@ -509,10 +509,17 @@ pub fn matmul_coopmat_f16(
     let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_half) << 5);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
-    let tiles = u64::from(plan.batches) * u64::from(plan.m).div_ceil(128) * u64::from(plan.n).div_ceil(128);
+    let (tile_m, tile_n) = (u64::from(COOPMAT_TILE.bm), u64::from(COOPMAT_TILE.bn));
+    let tiles =
+        u64::from(plan.batches) * u64::from(plan.m).div_ceil(tile_m) * u64::from(plan.n).div_ceil(tile_n);
     let groups = grid(rec, &Tuning::default(), tiles)?;
-    rec.dispatch(&k.get("coopmat_f16")?, &bindings, &push, groups)
+    let aligned = plan.aligned_to(g, &COOPMAT_TILE, 8);
+    rec.dispatch(&k.specialized("coopmat_f16", &[u32::from(aligned)])?, &bindings, &push, groups)
 }
+
+/// The output tile and k chunk of shaders/coopmat_f16.comp (CM_BM, CM_BN, CM_BK; tm and tn are
+/// the 16x16 cooperative-matrix tiles).
+const COOPMAT_TILE: GemmTile = GemmTile { bm: 128, bn: 128, bk: 32, tm: 16, tn: 16 };
 
 /// Whether [`matmul_coopmat_f16`] runs `act` on `k`'s device (the device has the cooperative
 /// matrices; GELU stays with the f32 kernels).
@@ -614,17 +621,18 @@ struct MatmulPlan {
 
 impl MatmulPlan {
     /// Whether `tile` covers this matmul in whole tiles and whole chunks of k, with both
-    /// operands read as vec4s everywhere (contiguous dimensions and batch strides multiples of
-    /// 4): shaders/include/gemm.glsl's ALIGNED, loads without bounds checks.
-    fn aligned_to(&self, g: &MatmulShape, tile: &GemmTile) -> bool {
+    /// operands read in runs of `run` elements everywhere (contiguous dimensions and batch
+    /// strides multiples of it): the ALIGNED constant of shaders/include/gemm.glsl (vec4s) and
+    /// shaders/coopmat_f16.comp (8 halves), loads without bounds checks.
+    fn aligned_to(&self, g: &MatmulShape, tile: &GemmTile, run: u32) -> bool {
         let a_contiguous = if g.ta { self.m } else { self.k };
         let b_contiguous = if g.tb { self.k } else { self.n };
         self.m.is_multiple_of(tile.bm)
             && self.n.is_multiple_of(tile.bn)
             && self.k.is_multiple_of(tile.bk)
-            && a_contiguous.is_multiple_of(4)
-            && b_contiguous.is_multiple_of(4)
-            && self.axes.iter().all(|ax| ax.a.is_multiple_of(4) && ax.b.is_multiple_of(4))
+            && a_contiguous.is_multiple_of(run)
+            && b_contiguous.is_multiple_of(run)
+            && self.axes.iter().all(|ax| ax.a.is_multiple_of(run) && ax.b.is_multiple_of(run))
     }
 
     /// The push constants of shaders/include/matmul_common.glsl (k_begin 0); `extra_flags` are
