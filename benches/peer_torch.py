@@ -30,9 +30,10 @@ def torch_case(torch, kernel, n, iters):
         b = torch.rand((n, n), device=dev, generator=g)
         run = lambda: torch.matmul(a, b)
         flops, nbytes = 2.0 * n**3, 12.0 * n * n
-    elif kernel == "matmul-f16":
-        a = torch.rand((n, n), device=dev, generator=g).half()
-        b = torch.rand((n, n), device=dev, generator=g).half()
+    elif kernel in ("matmul-f16", "matmul-bf16"):
+        dtype = torch.float16 if kernel == "matmul-f16" else torch.bfloat16
+        a = torch.rand((n, n), device=dev, generator=g).to(dtype)
+        b = torch.rand((n, n), device=dev, generator=g).to(dtype)
         run = lambda: torch.matmul(a, b)
         flops, nbytes = 2.0 * n**3, 6.0 * n * n
     elif kernel == "add":
@@ -101,6 +102,7 @@ def main():
         ("matmul", 2048, None, None),
         ("matmul", 4096, "strict >= 0.55x", "fast >= 0.85x"),
         ("matmul-f16", 4096, None, "fast >= 0.6x"),
+        ("matmul-bf16", 4096, None, None),
         ("add", 16 << 20, ">= 0.9x", None),
         ("add", 100 << 20, ">= 0.9x", None),
         ("exp", 16 << 20, ">= 0.9x", None),
@@ -108,10 +110,10 @@ def main():
         ("layernorm", 4096, None, None),
     ]
     if args.quick:
-        cases = [cases[0], cases[2], cases[3], cases[4]]
+        cases = [cases[0], cases[2], cases[3], cases[5]]
     if args.only:
         cases = [c for c in cases if c[0] == args.only]
-    print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32 with TF32 off (matmul-f16: fp16)")
+    print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32 with TF32 off (matmul-f16, matmul-bf16: fp16, bf16)")
     print(f"{'kernel':<10} {'size':>9} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
     for kernel, n, strict_target, fast_target in cases:
         t, flops, nbytes = torch_case(torch, kernel, n, iters)

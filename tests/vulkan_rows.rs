@@ -12,7 +12,7 @@ mod common;
 use adeadvm::exec::cpu::reference::{self, MatmulShape, Reduce};
 use adeadvm::exec::vulkan::ops::rows::{self, GemmTile, Tuning};
 use adeadvm::exec::vulkan::{self, Recorder, Slice, VulkanError, VulkanExec, SHADERS};
-use adeadvm::isa::{Act, Tier};
+use adeadvm::isa::{Act, DType, Tier};
 use common::vk::exec;
 use proptest::prelude::*;
 
@@ -766,6 +766,8 @@ fn reflected_row_interfaces() {
     let want: &[(&str, &[u32], u32)] = &[
         ("matmul", &[0, 1, 2, 3], 124),
         ("matmul_gelu", &[0, 1, 2, 3], 124),
+        ("coopmat2_f16", &[0, 1, 2, 3], 124),
+        ("coopmat2_bf16", &[0, 1, 2, 3], 124),
         ("softmax", &[0, 1, 2], 88),
         ("layernorm", &[0, 1, 2, 3], 24),
         ("rmsnorm", &[0, 1, 2], 24),
@@ -797,83 +799,94 @@ fn reduce_in_a_long_looped_grid() {
     same_bits("empty-axis mean, one workgroup", &want, &got).unwrap();
 }
 
-/// The fast tier's f16 GEMM on cooperative matrices (only where the device has them): over
-/// transposes, broadcast batches, bias, RELU, aligned and unaligned shapes and both output types, every
-/// output within the rounding of f32 sums (plus the f16 output's own rounding) of the CPU
-/// reference on the same f16 values, and the same bits on a second run.
+/// The fast tier's f16 and bf16 GEMMs on cooperative matrices (only where the device has them):
+/// over transposes, broadcast batches, bias, RELU, aligned and unaligned shapes and both output
+/// types, every output within the rounding of f32 sums (plus the 16-bit output's own rounding)
+/// of the CPU reference on the same 16-bit values, and the same bits on a second run.
 #[test]
-fn coopmat_f16_gemm_is_repeatable_and_accurate() {
+fn coopmat_gemm_is_repeatable_and_accurate() {
     let Some(ex) = exec() else { return };
-    if !ex.device().has_coopmat_f16() {
-        println!("skipped: {} has no cooperative-matrix f16 GEMM", ex.device().info().name);
-        return;
-    }
-    let f16_values = |seed: u64, n: usize| -> Vec<f32> {
-        let v = values(seed, n, 0);
-        v.iter()
-            .map(|x| {
-                let h = adeadvm::numerics::f32_to_f16_bits(x.clamp(-4.0, 4.0));
-                half::f16::from_bits(h).to_f32()
-            })
-            .collect()
-    };
-    let to_f16_bytes = |v: &[f32]| -> Vec<u8> {
-        v.iter().flat_map(|x| adeadvm::numerics::f32_to_f16_bits(*x).to_le_bytes()).collect()
-    };
-    let cases = [
-        (vec![], (128, 128, 64), (false, false), None, Act::None),
-        (vec![], (200, 136, 72), (false, true), Some(vec![136]), Act::Relu),
-        (vec![3], (33, 17, 40), (true, false), Some(vec![33, 1]), Act::None),
-        (vec![2], (130, 257, 29), (true, true), None, Act::Relu),
-        // Whole tiles and runs of 8 halves, transposed and batched: loads without bounds checks.
-        (vec![2], (128, 256, 96), (true, true), Some(vec![256]), Act::None),
+    type Conv = (fn(f32) -> u16, fn(u16) -> f32);
+    let kinds: [(DType, Conv, i32); 2] = [
+        (DType::F16, (adeadvm::numerics::f32_to_f16_bits, |h| half::f16::from_bits(h).to_f32()), 10),
+        (DType::Bf16, (adeadvm::numerics::f32_to_bf16_bits, adeadvm::numerics::bf16_bits_to_f32), 7),
     ];
-    for (dims, (m, n, k), (ta, tb), bias_shape, act) in cases {
-        let full = vec![true; dims.len()];
-        let g = geometry(&dims, &full, &full, (m, n, k), (ta, tb), false);
-        let count = |s: &[usize]| s.iter().product::<usize>();
-        let (a, b) = (f16_values(41, count(&g.a)), f16_values(42, count(&g.b)));
-        let bias = bias_shape.as_ref().map(|s| values(43, count(s), 0));
-        let mut want = vec![0.0f32; count(&g.out)];
-        reference::matmul(&g, &a, &b, bias.as_deref().zip(bias_shape.as_deref()), act, &mut want);
-        let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
-        let mut scale = vec![0.0f32; want.len()];
-        reference::matmul(&g, &abs(&a), &abs(&b), None, Act::None, &mut scale);
-        for dst_half in [false, true] {
-            let run = || {
-                let mut rec = Recorder::new(ex.device()).unwrap();
-                let sa = ex.upload(&mut rec, &to_f16_bytes(&a)).unwrap();
-                let sb = ex.upload(&mut rec, &to_f16_bytes(&b)).unwrap();
-                let sbias = bias.as_ref().map(|v| upload(ex, &mut rec, v));
-                let dst = ex.alloc(want.len() as u64 * if dst_half { 2 } else { 4 }).unwrap();
-                let bias = sbias.as_ref().zip(bias_shape.as_deref());
-                rows::matmul_coopmat_f16(ex.kernels(), &mut rec, &g, act, &dst, dst_half, &sa, &sb, bias)
+    for (dtype, (to_bits, from_bits), mantissa) in kinds {
+        if !ex.device().has_coopmat(dtype) {
+            println!("skipped: {} has no cooperative-matrix {dtype:?} GEMM", ex.device().info().name);
+            continue;
+        }
+        let narrow = |seed: u64, n: usize| -> Vec<f32> {
+            values(seed, n, 0).iter().map(|x| from_bits(to_bits(x.clamp(-4.0, 4.0)))).collect()
+        };
+        let to_bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| to_bits(*x).to_le_bytes()).collect() };
+        let cases = [
+            (vec![], (128, 128, 64), (false, false), None, Act::None),
+            (vec![], (200, 136, 72), (false, true), Some(vec![136]), Act::Relu),
+            (vec![3], (33, 17, 40), (true, false), Some(vec![33, 1]), Act::None),
+            (vec![2], (130, 257, 29), (true, true), None, Act::Relu),
+            // Whole tiles and runs of 8 elements, transposed and batched: loads without clamping.
+            (vec![2], (256, 256, 128), (true, true), Some(vec![256]), Act::None),
+            (vec![], (512, 128, 320), (false, false), None, Act::Relu),
+        ];
+        for (dims, (m, n, k), (ta, tb), bias_shape, act) in cases {
+            let full = vec![true; dims.len()];
+            let g = geometry(&dims, &full, &full, (m, n, k), (ta, tb), false);
+            let count = |s: &[usize]| s.iter().product::<usize>();
+            let (a, b) = (narrow(41, count(&g.a)), narrow(42, count(&g.b)));
+            let bias = bias_shape.as_ref().map(|s| values(43, count(s), 0));
+            let mut want = vec![0.0f32; count(&g.out)];
+            reference::matmul(&g, &a, &b, bias.as_deref().zip(bias_shape.as_deref()), act, &mut want);
+            let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
+            let mut scale = vec![0.0f32; want.len()];
+            reference::matmul(&g, &abs(&a), &abs(&b), None, Act::None, &mut scale);
+            for dst_narrow in [false, true] {
+                let run = || {
+                    let mut rec = Recorder::new(ex.device()).unwrap();
+                    let sa = ex.upload(&mut rec, &to_bytes(&a)).unwrap();
+                    let sb = ex.upload(&mut rec, &to_bytes(&b)).unwrap();
+                    let sbias = bias.as_ref().map(|v| upload(ex, &mut rec, v));
+                    let dst = ex.alloc(want.len() as u64 * if dst_narrow { 2 } else { 4 }).unwrap();
+                    let bias = sbias.as_ref().zip(bias_shape.as_deref());
+                    rows::matmul_coopmat(
+                        ex.kernels(),
+                        &mut rec,
+                        &g,
+                        act,
+                        dtype,
+                        &dst,
+                        dst_narrow,
+                        &sa,
+                        &sb,
+                        bias,
+                    )
                     .unwrap();
-                let bytes = ex.fetch(&mut rec, &dst).unwrap();
-                if dst_half {
-                    bytes
-                        .chunks(2)
-                        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                        .collect::<Vec<f32>>()
-                } else {
-                    bytemuck::pod_collect_to_vec::<u8, f32>(&bytes)
-                }
-            };
-            let got = run();
-            assert!(
-                got.iter().map(|x| x.to_bits()).eq(run().iter().map(|x| x.to_bits())),
-                "{g:?}: not repeatable"
-            );
-            for i in 0..want.len() {
-                let tol = k as f32 * 2.0f32.powi(-22) * scale[i]
-                    + if dst_half { want[i].abs() * 2.0f32.powi(-10) } else { 0.0 }
-                    + 1e-6;
+                    let bytes = ex.fetch(&mut rec, &dst).unwrap();
+                    if dst_narrow {
+                        bytes
+                            .chunks(2)
+                            .map(|c| from_bits(u16::from_le_bytes([c[0], c[1]])))
+                            .collect::<Vec<f32>>()
+                    } else {
+                        bytemuck::pod_collect_to_vec::<u8, f32>(&bytes)
+                    }
+                };
+                let got = run();
                 assert!(
-                    (got[i] - want[i]).abs() <= tol,
-                    "{g:?} act {act:?} half {dst_half}: output {i} is {} where the f32 reference gives {} (tolerance {tol})",
-                    got[i],
-                    want[i]
+                    got.iter().map(|x| x.to_bits()).eq(run().iter().map(|x| x.to_bits())),
+                    "{dtype:?} {g:?}: not repeatable"
                 );
+                for i in 0..want.len() {
+                    let tol = k as f32 * 2.0f32.powi(-22) * scale[i]
+                        + if dst_narrow { want[i].abs() * 2.0f32.powi(-mantissa) } else { 0.0 }
+                        + 1e-6;
+                    assert!(
+                        (got[i] - want[i]).abs() <= tol,
+                        "{dtype:?} {g:?} act {act:?} narrow {dst_narrow}: output {i} is {} where the f32 reference gives {} (tolerance {tol})",
+                        got[i],
+                        want[i]
+                    );
+                }
             }
         }
     }

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use adeadvm::exec::cpu::SimdLevel;
-use adeadvm::isa::{Opcode, OP_INFO};
+use adeadvm::isa::{DType, Opcode, OP_INFO};
 use adeadvm::verify::VerifiedProgram;
 use adeadvm::vm::{Backend, HostTensor, VmConfig};
 use common::vk::required;
@@ -738,38 +738,44 @@ fn profile_has_gpu_times_on_vulkan() {
     assert!(trace.contains("\"args\":{\"name\":\"gpu\"}") && trace.contains("\"cat\":\"gpu\""), "{trace}");
 }
 
-/// A fast-tier f16 MATMUL runs on the device's cooperative matrices where it has them (from
-/// the f16 bytes, f32 sums, one rounding to f16): within f16 rounding of the CPU's result, and
-/// the same bits on a second run.
+/// A fast-tier f16 or bf16 MATMUL runs on the device's cooperative matrices where it has them
+/// (from the 16-bit bytes, f32 sums, one rounding to the output type): within one rounding of
+/// the CPU's result, and the same bits on a second run.
 #[test]
-fn fast_f16_matmul_on_cooperative_matrices() {
-    let p = build(
-        ".tier fast\n.input %a f16[2, 70, 96]\n.input %b f16[96, 130]\n.input %c f16[130]\n.output y f16[2, 70, 130]\n\
-         ALLOC %y: f16[2, 70, 130]\nMATMUL %y, %a, %b, bias=%c, act=relu\nSTORE y, %y\nFREE %y\n",
-    );
-    if !vulkan() {
-        return;
-    }
-    let dev = adeadvm::vm::shared_device().unwrap();
-    if !dev.device().has_coopmat_f16() {
-        println!("skipped: {} has no cooperative-matrix f16 GEMM", dev.device().info().name);
-        return;
-    }
-    let f16 = |shape: Vec<usize>, seed: u64| {
-        let n: usize = shape.iter().product();
-        let bytes: Vec<u8> = Rng(seed)
-            .vec(n, -2.0, 2.0)
-            .iter()
-            .flat_map(|v| adeadvm::numerics::f32_to_f16_bits(*v).to_le_bytes())
-            .collect();
-        HostTensor::from_bytes(adeadvm::isa::DType::F16, shape, &bytes).unwrap()
-    };
-    let inputs = [("a", f16(vec![2, 70, 96], 1)), ("b", f16(vec![96, 130], 2)), ("c", f16(vec![130], 3))];
-    let want = run_with(&p, &inputs, cpu()).unwrap()["y"].to_f32().unwrap();
-    let got = run_with(&p, &inputs, gpu()).unwrap()["y"].clone();
-    assert_eq!(got.bytes(), run_with(&p, &inputs, gpu()).unwrap()["y"].bytes(), "not repeatable");
-    for (i, (w, g)) in want.iter().zip(got.to_f32().unwrap()).enumerate() {
-        // Sums of 96 products of |x| <= 2 differ by f32 rounding; both round once to f16.
-        assert!((w - g).abs() <= 2e-3 * w.abs().max(1.0), "element {i}: cpu {w}, vulkan {g}");
+fn fast_16bit_matmul_on_cooperative_matrices() {
+    type ToBits = fn(f32) -> u16;
+    let kinds: [(DType, ToBits, f32); 2] = [
+        (DType::F16, adeadvm::numerics::f32_to_f16_bits, 2e-3),
+        (DType::Bf16, adeadvm::numerics::f32_to_bf16_bits, 2f32.powi(-7)),
+    ];
+    for (dtype, to_bits, ulp) in kinds {
+        let t = dtype.name();
+        let p = build(&format!(
+            ".tier fast\n.input %a {t}[2, 70, 96]\n.input %b {t}[96, 130]\n.input %c {t}[130]\n.output y {t}[2, 70, 130]\n\
+             ALLOC %y: {t}[2, 70, 130]\nMATMUL %y, %a, %b, bias=%c, act=relu\nSTORE y, %y\nFREE %y\n"
+        ));
+        if !vulkan() {
+            return;
+        }
+        let dev = adeadvm::vm::shared_device().unwrap();
+        if !dev.device().has_coopmat(dtype) {
+            println!("skipped: {} has no cooperative-matrix {t} GEMM", dev.device().info().name);
+            continue;
+        }
+        let input = |shape: Vec<usize>, seed: u64| {
+            let n: usize = shape.iter().product();
+            let bytes: Vec<u8> =
+                Rng(seed).vec(n, -2.0, 2.0).iter().flat_map(|v| to_bits(*v).to_le_bytes()).collect();
+            HostTensor::from_bytes(dtype, shape, &bytes).unwrap()
+        };
+        let inputs =
+            [("a", input(vec![2, 70, 96], 1)), ("b", input(vec![96, 130], 2)), ("c", input(vec![130], 3))];
+        let want = run_with(&p, &inputs, cpu()).unwrap()["y"].to_f32().unwrap();
+        let got = run_with(&p, &inputs, gpu()).unwrap()["y"].clone();
+        assert_eq!(got.bytes(), run_with(&p, &inputs, gpu()).unwrap()["y"].bytes(), "{t}: not repeatable");
+        for (i, (w, g)) in want.iter().zip(got.to_f32().unwrap()).enumerate() {
+            // Sums of 96 products of |x| <= 2 differ by f32 rounding; both round once to `t`.
+            assert!((w - g).abs() <= ulp * w.abs().max(1.0), "{t} element {i}: cpu {w}, vulkan {g}");
+        }
     }
 }

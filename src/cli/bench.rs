@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 
 use adeadvm::asm::{assemble, AsmOptions};
 use adeadvm::format::Program;
-use adeadvm::isa::Tier;
+use adeadvm::isa::{DType, Tier};
 use adeadvm::vm::{HostTensor, Observer, StepEvent, Vm, VmConfig, Wants};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -20,6 +20,8 @@ pub enum Kernel {
     /// The same with f16 operands and output (on cooperative matrices in the fast tier, where
     /// the device has them).
     MatmulF16,
+    /// The same with bf16 operands and output.
+    MatmulBf16,
     /// y = a + b over SIZE elements (GB/s, 12 bytes per element).
     Add,
     /// y = exp(x) over SIZE elements.
@@ -100,7 +102,7 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // Refused before any input is generated: the largest tensor, held about six times over (the
     // generated values, the bound input, the arena, the device's copies and the summed result).
     let largest = match a.kernel {
-        Kernel::Matmul | Kernel::MatmulF16 | Kernel::Softmax => n.checked_mul(n),
+        Kernel::Matmul | Kernel::MatmulF16 | Kernel::MatmulBf16 | Kernel::Softmax => n.checked_mul(n),
         Kernel::Layernorm => n.checked_mul(1024),
         Kernel::Add | Kernel::Exp | Kernel::Gelu => Some(n),
         Kernel::Dispatch => Some(1),
@@ -140,89 +142,91 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let g = (1..=12).rev().map(|b| 1usize << b).find(|&g| n.is_multiple_of(g)).unwrap_or(1);
     let flat = [n / g, g];
     let flat_decl = format!("{}, {g}", n / g);
-    let (src, index, inputs, flops, bytes): (String, usize, Vec<(&str, HostTensor)>, f64, f64) =
-        match a.kernel {
-            Kernel::Matmul => (
+    let (src, index, inputs, flops, bytes): (String, usize, Vec<(&str, HostTensor)>, f64, f64) = match a
+        .kernel
+    {
+        Kernel::Matmul => (
+            timed(
+                &format!(".input %a f32[{n}, {n}]\n.input %b f32[{n}, {n}]"),
+                "f32",
+                &[n, n],
+                "MATMUL %c, %a, %b",
+            ),
+            1,
+            vec![("a", f32_input(vec![n, n], 1)?), ("b", f32_input(vec![n, n], 2)?)],
+            2.0 * (n as f64).powi(3),
+            12.0 * (n as f64).powi(2),
+        ),
+        Kernel::MatmulF16 | Kernel::MatmulBf16 => {
+            let (dtype, to_bits): (DType, fn(f32) -> u16) = match a.kernel {
+                Kernel::MatmulF16 => (DType::F16, adeadvm::numerics::f32_to_f16_bits),
+                _ => (DType::Bf16, adeadvm::numerics::f32_to_bf16_bits),
+            };
+            let half_input = |seed: u32| -> Result<HostTensor> {
+                let bytes: Vec<u8> = (0..(n * n) as u64)
+                    .flat_map(|i| to_bits(adeadvm::rand::philox_uniform(seed, i) * 2.0 - 1.0).to_le_bytes())
+                    .collect();
+                HostTensor::from_bytes(dtype, vec![n, n], &bytes).context("input too large")
+            };
+            let name = dtype.name();
+            (
                 timed(
-                    &format!(".input %a f32[{n}, {n}]\n.input %b f32[{n}, {n}]"),
-                    "f32",
+                    &format!(".input %a {name}[{n}, {n}]\n.input %b {name}[{n}, {n}]"),
+                    name,
                     &[n, n],
                     "MATMUL %c, %a, %b",
                 ),
                 1,
-                vec![("a", f32_input(vec![n, n], 1)?), ("b", f32_input(vec![n, n], 2)?)],
+                vec![("a", half_input(1)?), ("b", half_input(2)?)],
                 2.0 * (n as f64).powi(3),
-                12.0 * (n as f64).powi(2),
+                6.0 * (n as f64).powi(2),
+            )
+        }
+        Kernel::Add => (
+            timed(
+                &format!(".input %a f32[{flat_decl}]\n.input %b f32[{flat_decl}]"),
+                "f32",
+                &flat,
+                "ADD %c, %a, %b",
             ),
-            Kernel::MatmulF16 => {
-                let f16_input = |seed: u32| -> Result<HostTensor> {
-                    let bytes: Vec<u8> = (0..(n * n) as u64)
-                        .flat_map(|i| {
-                            let v = adeadvm::rand::philox_uniform(seed, i) * 2.0 - 1.0;
-                            adeadvm::numerics::f32_to_f16_bits(v).to_le_bytes()
-                        })
-                        .collect();
-                    HostTensor::from_bytes(adeadvm::isa::DType::F16, vec![n, n], &bytes)
-                        .context("input too large")
-                };
-                (
-                    timed(
-                        &format!(".input %a f16[{n}, {n}]\n.input %b f16[{n}, {n}]"),
-                        "f16",
-                        &[n, n],
-                        "MATMUL %c, %a, %b",
-                    ),
-                    1,
-                    vec![("a", f16_input(1)?), ("b", f16_input(2)?)],
-                    2.0 * (n as f64).powi(3),
-                    6.0 * (n as f64).powi(2),
-                )
-            }
-            Kernel::Add => (
-                timed(
-                    &format!(".input %a f32[{flat_decl}]\n.input %b f32[{flat_decl}]"),
-                    "f32",
-                    &flat,
-                    "ADD %c, %a, %b",
-                ),
+            1,
+            vec![("a", f32_input(flat.to_vec(), 1)?), ("b", f32_input(flat.to_vec(), 2)?)],
+            n as f64,
+            12.0 * n as f64,
+        ),
+        Kernel::Exp | Kernel::Gelu => {
+            let op = if matches!(a.kernel, Kernel::Exp) { "EXP" } else { "GELU" };
+            (
+                timed(&format!(".input %a f32[{flat_decl}]"), "f32", &flat, &format!("{op} %c, %a")),
                 1,
-                vec![("a", f32_input(flat.to_vec(), 1)?), ("b", f32_input(flat.to_vec(), 2)?)],
+                vec![("a", f32_input(flat.to_vec(), 1)?)],
                 n as f64,
-                12.0 * n as f64,
-            ),
-            Kernel::Exp | Kernel::Gelu => {
-                let op = if matches!(a.kernel, Kernel::Exp) { "EXP" } else { "GELU" };
-                (
-                    timed(&format!(".input %a f32[{flat_decl}]"), "f32", &flat, &format!("{op} %c, %a")),
-                    1,
-                    vec![("a", f32_input(flat.to_vec(), 1)?)],
-                    n as f64,
-                    8.0 * n as f64,
-                )
+                8.0 * n as f64,
+            )
+        }
+        Kernel::Softmax => (
+            timed(&format!(".input %a f32[{n}, {n}]"), "f32", &[n, n], "SOFTMAX %c, %a"),
+            1,
+            vec![("a", f32_input(vec![n, n], 1)?)],
+            5.0 * (n * n) as f64,
+            8.0 * (n * n) as f64,
+        ),
+        Kernel::Layernorm => (
+            timed(&format!(".input %a f32[{n}, 1024]"), "f32", &[n, 1024], "LAYERNORM %c, %a"),
+            1,
+            vec![("a", f32_input(vec![n, 1024], 1)?)],
+            8.0 * (n * 1024) as f64,
+            8.0 * (n * 1024) as f64,
+        ),
+        Kernel::Dispatch => {
+            let mut s = String::from(".output y f32[1]\nALLOC %c: f32[1]\nFILL %c, 0.0\n");
+            for _ in 0..1000 {
+                s.push_str("ADD %c, %c, 1.0\n");
             }
-            Kernel::Softmax => (
-                timed(&format!(".input %a f32[{n}, {n}]"), "f32", &[n, n], "SOFTMAX %c, %a"),
-                1,
-                vec![("a", f32_input(vec![n, n], 1)?)],
-                5.0 * (n * n) as f64,
-                8.0 * (n * n) as f64,
-            ),
-            Kernel::Layernorm => (
-                timed(&format!(".input %a f32[{n}, 1024]"), "f32", &[n, 1024], "LAYERNORM %c, %a"),
-                1,
-                vec![("a", f32_input(vec![n, 1024], 1)?)],
-                8.0 * (n * 1024) as f64,
-                8.0 * (n * 1024) as f64,
-            ),
-            Kernel::Dispatch => {
-                let mut s = String::from(".output y f32[1]\nALLOC %c: f32[1]\nFILL %c, 0.0\n");
-                for _ in 0..1000 {
-                    s.push_str("ADD %c, %c, 1.0\n");
-                }
-                s.push_str("STORE y, %c\nFREE %c\n");
-                (s, usize::MAX, Vec::new(), 1000.0, 0.0)
-            }
-        };
+            s.push_str("STORE y, %c\nFREE %c\n");
+            (s, usize::MAX, Vec::new(), 1000.0, 0.0)
+        }
+    };
     let program = assemble(&src, "bench.s", &AsmOptions { defines: Vec::new(), base_dir: ".".into() })?;
     let mut program = Program::from_bytes(program.to_bytes())?;
     program.tier = tier;
@@ -292,7 +296,9 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let what = match a.kernel {
-        Kernel::Matmul | Kernel::MatmulF16 => format!("{:.1} GFLOP/s", flops / median / 1e9),
+        Kernel::Matmul | Kernel::MatmulF16 | Kernel::MatmulBf16 => {
+            format!("{:.1} GFLOP/s", flops / median / 1e9)
+        }
         Kernel::Dispatch => format!("{:.0} ns per instruction", median * 1e9),
         _ => format!("{:.2} GB/s", bytes / median / 1e9),
     };

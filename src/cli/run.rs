@@ -264,6 +264,16 @@ fn print_vulkan_info() {
                         "no (no compute queue)"
                     }
                 );
+                match d.coopmat {
+                    Some(c) => println!(
+                        "        tensor cores (fast-tier MATMUL): {} on workgroup-scope cooperative matrices, granularity {}",
+                        if c.bf16 { "f16 and bf16" } else { "f16" },
+                        c.granularity.map(|g| g.to_string()).join("x")
+                    ),
+                    None => println!(
+                        "        tensor cores (fast-tier MATMUL): none (f16 and bf16 widen to f32; needs VK_NV_cooperative_matrix2)"
+                    ),
+                }
             }
         }
     }

@@ -885,16 +885,17 @@ impl Vm {
                 let k = if ta { gs.a[gs.a.len() - 2] } else { gs.a[gs.a.len() - 1] } as u64;
                 cost =
                     (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
-                // Fast tier, f16 operands: straight from their f16 bytes on cooperative matrices
-                // where the device has them (f32 sums, the output rounded once).
-                let half = |t: TensorId| dt(t) == DType::F16;
+                // Fast tier, f16 or bf16 operands and output: straight from their 16-bit bytes on
+                // cooperative matrices where the device has them (f32 sums, the output rounded
+                // once).
+                let operands = dt(a);
                 let coopmat = p.tier == Tier::Fast
-                    && half(a)
-                    && half(b)
-                    && half(dst)
+                    && matches!(operands, DType::F16 | DType::Bf16)
+                    && dt(b) == operands
+                    && dt(dst) == operands
                     && a != dst
                     && b != dst
-                    && self.gpu.as_ref().is_some_and(|g| rows::coopmat_f16_runs(g.exec.kernels(), act));
+                    && self.gpu.as_ref().is_some_and(|g| rows::coopmat_runs(g.exec.kernels(), operands, act));
                 if coopmat {
                     let (va, vb) = (self.src(p, f, a)?, self.src(p, f, b)?);
                     let vbias = match bias {
@@ -904,13 +905,14 @@ impl Vm {
                     let d = self.dst(f, dst)?;
                     let g = self.gpu.as_mut().expect("device");
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
-                    rows::matmul_coopmat_f16(
+                    rows::matmul_coopmat(
                         g.exec.kernels(),
                         &mut g.rec,
                         &gs,
                         act,
+                        operands,
                         &d,
-                        half(dst),
+                        true,
                         &va,
                         &vb,
                         bias,

@@ -6,7 +6,9 @@ use std::sync::Mutex;
 
 use ash::vk;
 
+use super::coopmat2::{self, Coopmat2};
 use super::error::{check, VulkanError};
+use crate::isa::DType;
 
 /// Environment variable naming the Vulkan loader library to open instead of the default.
 pub const LIBRARY_ENV: &str = "ADEADVM_VULKAN_LIBRARY";
@@ -30,70 +32,9 @@ fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) 
     exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
 }
 
-/// Environment variable that turns the cooperative-matrix f16 GEMM off (`0`), to compare.
+/// Environment variable that turns the cooperative-matrix GEMM (f16 and bf16) off (`0`), to
+/// compare.
 pub const COOPMAT_ENV: &str = "ADEADVM_VULKAN_COOPMAT";
-
-/// Whether `pd` can run shaders/coopmat_f16.comp: Vulkan 1.2, subgroups of 32,
-/// VK_NV_cooperative_matrix offering 16x16x16 f16 x f16 + f32 at subgroup scope, and the
-/// features that shader declares (16-bit storage, float16 arithmetic, the memory model). The
-/// NV extension because the shader compiler CI installs has no GL_KHR_cooperative_matrix.
-fn coopmat_f16_support(
-    entry: &ash::Entry,
-    instance: &ash::Instance,
-    instance_api: u32,
-    pd: vk::PhysicalDevice,
-    info: &DeviceInfo,
-) -> bool {
-    let dev_api = vk::make_api_version(0, info.api_version.0, info.api_version.1, 0);
-    if std::env::var_os(COOPMAT_ENV).is_some_and(|v| v == "0")
-        || instance_api < vk::API_VERSION_1_2
-        || dev_api < vk::API_VERSION_1_2
-        || info.subgroup_size != Some(32)
-        || !has_extension(instance, pd, ash::nv::cooperative_matrix::NAME)
-    {
-        return false;
-    }
-    let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default();
-    let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
-    let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
-    let mut f2 = vk::PhysicalDeviceFeatures2::default()
-        .push_next(&mut coopmat)
-        .push_next(&mut v11)
-        .push_next(&mut v12);
-    // SAFETY: a 1.2 device on a 1.2 instance; every struct in the chain is core 1.2 or the
-    // extension's (which the device offers), all alive across the call.
-    unsafe { instance.get_physical_device_features2(pd, &mut f2) };
-    if coopmat.cooperative_matrix != vk::TRUE
-        || v11.storage_buffer16_bit_access != vk::TRUE
-        || v12.shader_float16 != vk::TRUE
-        || v12.vulkan_memory_model != vk::TRUE
-    {
-        return false;
-    }
-    let ext = ash::nv::cooperative_matrix::Instance::new(entry, instance);
-    let list = ext.fp().get_physical_device_cooperative_matrix_properties_nv;
-    let mut count = 0u32;
-    // SAFETY: pd is a device of this instance and offers the extension; a null array asks for
-    // the count only.
-    if unsafe { list(pd, &mut count, std::ptr::null_mut()) } != vk::Result::SUCCESS {
-        return false;
-    }
-    let mut shapes = vec![vk::CooperativeMatrixPropertiesNV::default(); count as usize];
-    // SAFETY: `shapes` holds `count` initialized structs (sType set by default()).
-    let filled = unsafe { list(pd, &mut count, shapes.as_mut_ptr()) };
-    if filled != vk::Result::SUCCESS && filled != vk::Result::INCOMPLETE {
-        return false;
-    }
-    shapes.truncate(count as usize);
-    shapes.iter().any(|c| {
-        (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
-            && c.a_type == vk::ComponentTypeNV::FLOAT16
-            && c.b_type == vk::ComponentTypeNV::FLOAT16
-            && c.c_type == vk::ComponentTypeNV::FLOAT32
-            && c.d_type == vk::ComponentTypeNV::FLOAT32
-            && c.scope == vk::ScopeNV::SUBGROUP
-    })
-}
 
 /// What `adeadvm info` shows about one physical device.
 #[derive(Clone, Debug)]
@@ -130,6 +71,9 @@ pub struct DeviceInfo {
     pub subgroup_size: Option<u32>,
     /// Whether a queue family supports compute.
     pub has_compute_queue: bool,
+    /// Workgroup-scope cooperative matrices for the fast tier's f16 and bf16 MATMUL, where the
+    /// device has them (and `ADEADVM_VULKAN_COOPMAT` is not `0`).
+    pub coopmat: Option<Coopmat2>,
 }
 
 impl DeviceInfo {
@@ -199,6 +143,7 @@ fn cstr_field(raw: &[std::ffi::c_char]) -> String {
 
 /// Describes one physical device.
 pub(crate) fn describe(
+    entry: &ash::Entry,
     instance: &ash::Instance,
     instance_api: u32,
     index: usize,
@@ -253,6 +198,7 @@ pub(crate) fn describe(
         denorm_ftz_f32: None,
         subgroup_size: None,
         has_compute_queue,
+        coopmat: None,
     };
     // The 1.1/1.2 property structs need both the instance and the device at 1.2.
     if instance_api >= vk::API_VERSION_1_2 && dev_api >= vk::API_VERSION_1_2 {
@@ -272,6 +218,8 @@ pub(crate) fn describe(
         info.driver_name = cstr_field(&drv.driver_name);
         info.driver_info = cstr_field(&drv.driver_info);
     }
+    info.coopmat =
+        coopmat2::probe(entry, instance, instance_api, pd, &info, |name| has_extension(instance, pd, name));
     info
 }
 
@@ -281,7 +229,8 @@ pub fn devices() -> Result<Vec<DeviceInfo>, VulkanError> {
     let (instance, api) = create_instance(&entry)?;
     // SAFETY: instance is live until destroy_instance below.
     let pds = unsafe { instance.enumerate_physical_devices() }.map_err(check("vkEnumeratePhysicalDevices"));
-    let out = pds.map(|pds| pds.iter().enumerate().map(|(i, &pd)| describe(&instance, api, i, pd)).collect());
+    let out = pds
+        .map(|pds| pds.iter().enumerate().map(|(i, &pd)| describe(&entry, &instance, api, i, pd)).collect());
     // SAFETY: nothing created from the instance outlives this point.
     unsafe { instance.destroy_instance(None) };
     let out: Vec<DeviceInfo> = out?;
@@ -300,9 +249,10 @@ pub struct Device {
     pub(crate) queue_family: u32,
     /// Valid bits of the queue's timestamps (0: the queue cannot write timestamps).
     pub(crate) timestamp_bits: u32,
-    /// Whether the fast tier's f16 GEMM runs on cooperative matrices (VK_NV_cooperative_matrix
-    /// with 16x16x16 f16 x f16 + f32 in subgroups of 32, enabled with the features it needs).
-    pub(crate) coopmat_f16: bool,
+    /// Where the device offers workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2,
+    /// enabled with the features shaders/include/coopmat2.glsl needs), the fast tier's f16 and
+    /// bf16 GEMMs run on them within these limits.
+    pub(crate) coopmat2: Option<Coopmat2>,
     /// Set by `ADEADVM_VULKAN_PIPELINE_STATS` on a device with VK_KHR_pipeline_executable_properties:
     /// every pipeline's compiler statistics (registers, spills, ...) go to stderr when it is built.
     pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
@@ -366,7 +316,7 @@ impl Device {
         let pds =
             unsafe { instance.enumerate_physical_devices() }.map_err(check("vkEnumeratePhysicalDevices"))?;
         let infos: Vec<DeviceInfo> =
-            pds.iter().enumerate().map(|(i, &pd)| describe(instance, api, i, pd)).collect();
+            pds.iter().enumerate().map(|(i, &pd)| describe(&entry, instance, api, i, pd)).collect();
         if infos.is_empty() {
             return Err(VulkanError::NoDevice("the Vulkan loader reports no devices".into()));
         }
@@ -414,7 +364,7 @@ impl Device {
                 chosen.name
             );
         }
-        let coopmat_f16 = coopmat_f16_support(&entry, instance, api, physical, chosen);
+        let coopmat2 = chosen.coopmat;
         let push_descriptors =
             push_descriptors && has_extension(instance, physical, ash::khr::push_descriptor::NAME);
         let mut extensions = Vec::new();
@@ -424,12 +374,11 @@ impl Device {
         if push_descriptors {
             extensions.push(ash::khr::push_descriptor::NAME.as_ptr());
         }
-        if coopmat_f16 {
-            extensions.push(ash::nv::cooperative_matrix::NAME.as_ptr());
+        if let Some(c) = coopmat2 {
+            extensions.extend(c.extensions().iter().map(|e| e.as_ptr()));
         }
         let mut exec_props = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(true);
-        let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
         let mut v11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
         let mut v12 =
             vk::PhysicalDeviceVulkan12Features::default().shader_float16(true).vulkan_memory_model(true);
@@ -440,8 +389,16 @@ impl Device {
         if pipeline_stats {
             dinfo = dinfo.push_next(&mut exec_props);
         }
-        if coopmat_f16 {
-            dinfo = dinfo.push_next(&mut coopmat).push_next(&mut v11).push_next(&mut v12);
+        let mut enable2 = coopmat2::Enable::default();
+        if let Some(c) = coopmat2 {
+            dinfo = dinfo
+                .push_next(&mut enable2.khr)
+                .push_next(&mut enable2.nv2)
+                .push_next(&mut v11)
+                .push_next(&mut v12);
+            if c.bf16 {
+                dinfo = dinfo.push_next(&mut enable2.bf16);
+            }
         }
         // SAFETY: physical belongs to instance; dinfo and its arrays outlive the call.
         let device =
@@ -490,7 +447,7 @@ impl Device {
                 info: chosen.clone(),
                 queue_family,
                 timestamp_bits: families[queue_family as usize].timestamp_valid_bits,
-                coopmat_f16,
+                coopmat2,
                 pipeline_stats: pipeline_stats
                     .then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device)),
                 push_descriptor: push_descriptors
@@ -520,9 +477,19 @@ impl Device {
         self.physical
     }
 
-    /// Whether the fast tier's f16 GEMM can run on cooperative matrices here.
-    pub fn has_coopmat_f16(&self) -> bool {
-        self.coopmat_f16
+    /// Whether the fast tier's GEMM of `dtype` operands (f16 or bf16) runs on cooperative
+    /// matrices here.
+    pub fn has_coopmat(&self, dtype: DType) -> bool {
+        self.coopmat2.is_some_and(|c| match dtype {
+            DType::F16 => true,
+            DType::Bf16 => c.bf16,
+            _ => false,
+        })
+    }
+
+    /// The limits of workgroup-scope cooperative matrices, where the device has them.
+    pub fn coopmat2(&self) -> Option<Coopmat2> {
+        self.coopmat2
     }
 
     /// Whether dispatches push their bindings (VK_KHR_push_descriptor) rather than allocate

@@ -39,7 +39,8 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "layernorm_fast",
     "rmsnorm",
     "reduce",
-    "coopmat_f16",
+    "coopmat2_f16",
+    "coopmat2_bf16",
     "gemm_strict_128x128x16_8x4",
     "gemm_strict_128x64x16_8x4",
     "gemm_strict_64x64x16_4x4",
@@ -53,11 +54,11 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
 /// Whether shader `name` runs only in the fast tier: it may fuse (FMA) and need not repeat the
 /// CPU's bits, so the strict-arithmetic checks of tests/vulkan.rs skip it.
 pub fn fast_only(name: &str) -> bool {
-    name.starts_with("gemm_fast_") || name.ends_with("_fast") || name == "coopmat_f16"
+    name.starts_with("gemm_fast_") || name.ends_with("_fast") || name.starts_with("coopmat")
 }
 
 /// Most specialization constants a built-in kernel takes.
-const MAX_SPEC: usize = 4;
+const MAX_SPEC: usize = 5;
 
 /// Built pipelines by (shader, specialization constants padded with zeros, their count): a
 /// fixed-size key, so the lookup on every dispatch allocates nothing.

@@ -5,6 +5,7 @@
 //! [`devices`] says why Vulkan is unavailable there.
 
 mod buffer;
+pub mod coopmat2;
 mod device;
 mod error;
 mod fault;

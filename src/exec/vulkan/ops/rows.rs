@@ -34,8 +34,9 @@
 use std::sync::Arc;
 
 use crate::exec::cpu::reference::{self, MatmulShape, Reduce};
+use crate::exec::vulkan::coopmat2::Coopmat2;
 use crate::exec::vulkan::{Binding, Buffer, Kernel, Kernels, Recorder, Slice, VulkanError};
-use crate::isa::{Act, Tier};
+use crate::isa::{Act, DType, Tier};
 
 /// Most axes a tensor of these kernels may have.
 pub const MAX_RANK: usize = 8;
@@ -470,24 +471,31 @@ pub fn matmul_with(
     }
 }
 
-/// [`matmul`] of f16 operands on cooperative matrices (shaders/coopmat_f16.comp), fast tier:
-/// `a` and `b` hold f16 elements, `dst` f16 (`dst_half`) or f32, the bias f32. Act none or
-/// relu. Only where [`coopmat_f16_runs`] says so.
+/// [`matmul`] of 16-bit float operands on workgroup-scope cooperative matrices
+/// (shaders/coopmat2_{f16,bf16}.comp), fast tier: `a` and `b` hold `operands` elements (f16 or
+/// bf16), `dst` the same (`dst_narrow`) or f32, the bias f32. Act none or relu. Only where
+/// [`coopmat_runs`] says so.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_coopmat_f16(
+pub fn matmul_coopmat(
     k: &Kernels,
     rec: &mut Recorder,
     g: &MatmulShape,
     act: Act,
+    operands: DType,
     dst: &Slice,
-    dst_half: bool,
+    dst_narrow: bool,
     a: &Slice,
     b: &Slice,
     bias: Option<(&Slice, &[usize])>,
 ) -> Result<(), VulkanError> {
-    if !coopmat_f16_runs(k, act) {
-        return Err(invalid(format!("the cooperative-matrix f16 GEMM cannot run {act:?} on this device")));
-    }
+    let limits = match k.device().coopmat2() {
+        Some(limits) if coopmat_runs(k, operands, act) => limits,
+        _ => {
+            return Err(invalid(format!(
+                "the cooperative-matrix GEMM cannot run {act:?} on {operands:?} operands on this device"
+            )))
+        }
+    };
     let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
     let sized = |what: &str, s: &Slice, bytes: u64| {
         if s.len == bytes {
@@ -496,9 +504,9 @@ pub fn matmul_coopmat_f16(
             Err(invalid(format!("{what}: a slice of {} bytes where {bytes} were expected", s.len)))
         }
     };
-    sized("matmul a (f16)", a, plan.a_elems * 2)?;
-    sized("matmul b (f16)", b, plan.b_elems * 2)?;
-    sized("matmul destination", dst, plan.out_elems * if dst_half { 2 } else { 4 })?;
+    sized("matmul a (16-bit)", a, plan.a_elems * 2)?;
+    sized("matmul b (16-bit)", b, plan.b_elems * 2)?;
+    sized("matmul destination", dst, plan.out_elems * if dst_narrow { 2 } else { 4 })?;
     if let Some((s, _)) = bias {
         check_len("matmul bias", s, plan.bias_elems)?;
     }
@@ -506,25 +514,65 @@ pub fn matmul_coopmat_f16(
         return Ok(());
     }
     let act_code = u32::from(act == Act::Relu);
-    let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_half) << 5);
+    let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_narrow) << 5);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
-    let (tile_m, tile_n) = (u64::from(COOPMAT_TILE.bm), u64::from(COOPMAT_TILE.bn));
-    let tiles =
-        u64::from(plan.batches) * u64::from(plan.m).div_ceil(tile_m) * u64::from(plan.n).div_ceil(tile_n);
+    let (tile, unroll) = coopmat2_tile(limits);
+    let shape = u32::from(plan.aligned_to(g, &tile, 8)) | u32::from(g.ta) << 1 | u32::from(g.tb) << 2;
+    let name = if operands == DType::Bf16 { "coopmat2_bf16" } else { "coopmat2_f16" };
+    let kernel = k.specialized(name, &[shape, tile.bm, tile.bn, tile.bk, unroll])?;
+    let tiles = u64::from(plan.batches)
+        * u64::from(plan.m).div_ceil(u64::from(tile.bm))
+        * u64::from(plan.n).div_ceil(u64::from(tile.bn));
     let groups = grid(rec, &Tuning::default(), tiles)?;
-    let aligned = plan.aligned_to(g, &COOPMAT_TILE, 8);
-    rec.dispatch(&k.specialized("coopmat_f16", &[u32::from(aligned)])?, &bindings, &push, groups)
+    rec.dispatch(&kernel, &bindings, &push, groups)
 }
 
-/// The output tile and k chunk of shaders/coopmat_f16.comp (CM_BM, CM_BN, CM_BK; tm and tn are
-/// the 16x16 cooperative-matrix tiles).
-const COOPMAT_TILE: GemmTile = GemmTile { bm: 128, bn: 128, bk: 32, tm: 16, tn: 16 };
+/// The output tile, k chunk and unrolling of shaders/include/coopmat2.glsl (its specialization
+/// constants 1 to 4; tm and tn unused): `ADEADVM_COOPMAT2_TILE=BMxBNxBK[/UNROLL]` where the
+/// device's granularity and largest dimension allow it (a tuning aid), else [`COOPMAT2_TILE`]
+/// unrolled by 4, else the granularity.
+fn coopmat2_tile(limits: Coopmat2) -> (GemmTile, u32) {
+    let fits = |t: &GemmTile| {
+        let [gm, gn, gk] = limits.granularity;
+        let dims = [(t.bm, gm), (t.bn, gn), (t.bk, gk)];
+        dims.iter().all(|&(d, g)| g > 0 && d > 0 && d % g == 0 && d <= limits.max_dimension)
+    };
+    static FORCED: std::sync::OnceLock<Option<(GemmTile, u32)>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
+        let s = std::env::var("ADEADVM_COOPMAT2_TILE").ok()?;
+        let (dims, unroll) = s.trim().split_once('/').unwrap_or((s.trim(), "4"));
+        let nums: Option<Vec<u32>> = dims.split('x').map(|v| v.trim().parse().ok()).collect();
+        let tile = match (nums.as_deref(), unroll.parse::<u32>()) {
+            (Some(&[bm, bn, bk]), Ok(u)) if (1..=16).contains(&u) => Some((GemmTile { bm, bn, bk, tm: 0, tn: 0 }, u)),
+            _ => None,
+        };
+        if tile.is_none_or(|(t, _)| !fits(&t)) {
+            eprintln!(
+                "adeadvm: ignoring ADEADVM_COOPMAT2_TILE={s:?}: not BMxBNxBK[/UNROLL] in multiples of {:?} up to {}, UNROLL 1 to 16",
+                limits.granularity, limits.max_dimension
+            );
+            return None;
+        }
+        tile
+    });
+    if let Some(t) = *forced {
+        return t;
+    }
+    if fits(&COOPMAT2_TILE) {
+        return (COOPMAT2_TILE, 4);
+    }
+    let [bm, bn, bk] = limits.granularity;
+    (GemmTile { bm, bn, bk, tm: 0, tn: 0 }, 1)
+}
 
-/// Whether [`matmul_coopmat_f16`] runs `act` on `k`'s device (the device has the cooperative
-/// matrices; GELU stays with the f32 kernels).
-pub fn coopmat_f16_runs(k: &Kernels, act: Act) -> bool {
-    k.device().has_coopmat_f16() && act != Act::Gelu
+/// The default tile of shaders/include/coopmat2.glsl (measured: see the sweep in its header).
+const COOPMAT2_TILE: GemmTile = GemmTile { bm: 256, bn: 128, bk: 64, tm: 0, tn: 0 };
+
+/// Whether [`matmul_coopmat`] runs `act` on `operands` (f16 or bf16) on `k`'s device (the
+/// device has the cooperative matrices; GELU stays with the f32 kernels).
+pub fn coopmat_runs(k: &Kernels, operands: DType, act: Act) -> bool {
+    k.device().has_coopmat(operands) && act != Act::Gelu
 }
 
 /// Whether the strict GEMM may leave flushing its sums to the hardware on this device (the
@@ -623,7 +671,7 @@ impl MatmulPlan {
     /// Whether `tile` covers this matmul in whole tiles and whole chunks of k, with both
     /// operands read in runs of `run` elements everywhere (contiguous dimensions and batch
     /// strides multiples of it): the ALIGNED constant of shaders/include/gemm.glsl (vec4s) and
-    /// shaders/coopmat_f16.comp (8 halves), loads without bounds checks.
+    /// bit 0 of shaders/include/coopmat2.glsl's SHAPE (8 halves), loads without bounds checks.
     fn aligned_to(&self, g: &MatmulShape, tile: &GemmTile, run: u32) -> bool {
         let a_contiguous = if g.ta { self.m } else { self.k };
         let b_contiguous = if g.tb { self.k } else { self.n };
