@@ -828,13 +828,20 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
             // Whole tiles and runs of 8 elements, transposed and batched: loads without clamping.
             (vec![2], (256, 256, 128), (true, true), Some(vec![256]), Act::None),
             (vec![], (512, 128, 320), (false, false), None, Act::Relu),
+            // Enough output tiles for the large tile (ops::rows' COOPMAT2_MIN_TILES), whole and
+            // partial.
+            (vec![16], (256, 1024, 64), (false, true), Some(vec![1024]), Act::None),
+            (vec![16], (250, 1000, 72), (true, false), None, Act::Relu),
         ];
         for (dims, (m, n, k), (ta, tb), bias_shape, act) in cases {
             let full = vec![true; dims.len()];
             let g = geometry(&dims, &full, &full, (m, n, k), (ta, tb), false);
             let count = |s: &[usize]| s.iter().product::<usize>();
             let (a, b) = (narrow(41, count(&g.a)), narrow(42, count(&g.b)));
-            let bias = bias_shape.as_ref().map(|s| values(43, count(s), 0));
+            // Within the narrow types' range (a larger bias would make 16-bit outputs infinite).
+            let bias = bias_shape
+                .as_ref()
+                .map(|s| values(43, count(s), 0).iter().map(|x| x.clamp(-4.0, 4.0)).collect::<Vec<f32>>());
             let mut want = vec![0.0f32; count(&g.out)];
             reference::matmul(&g, &a, &b, bias.as_deref().zip(bias_shape.as_deref()), act, &mut want);
             let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();

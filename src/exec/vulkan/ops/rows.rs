@@ -517,7 +517,11 @@ pub fn matmul_coopmat(
     let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_narrow) << 5);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
-    let (tile, unroll) = coopmat2_tile(limits);
+    let (tile, unroll) = coopmat2_tile(limits, |t| {
+        u64::from(plan.batches)
+            * u64::from(plan.m).div_ceil(u64::from(t.bm))
+            * u64::from(plan.n).div_ceil(u64::from(t.bn))
+    });
     let shape = u32::from(plan.aligned_to(g, &tile, 8)) | u32::from(g.ta) << 1 | u32::from(g.tb) << 2;
     let name = if operands == DType::Bf16 { "coopmat2_bf16" } else { "coopmat2_f16" };
     let kernel = k.specialized(name, &[shape, tile.bm, tile.bn, tile.bk, unroll])?;
@@ -529,10 +533,12 @@ pub fn matmul_coopmat(
 }
 
 /// The output tile, k chunk and unrolling of shaders/include/coopmat2.glsl (its specialization
-/// constants 1 to 4; tm and tn unused): `ADEADVM_COOPMAT2_TILE=BMxBNxBK[/UNROLL]` where the
-/// device's granularity and largest dimension allow it (a tuning aid), else [`COOPMAT2_TILE`]
-/// unrolled by 4, else the granularity.
-fn coopmat2_tile(limits: Coopmat2) -> (GemmTile, u32) {
+/// constants 1 to 4; tm and tn unused) for a matmul of `tiles_of(tile)` output tiles:
+/// `ADEADVM_COOPMAT2_TILE=BMxBNxBK[/UNROLL]` where the device's granularity and largest
+/// dimension allow it (a tuning aid), else [`COOPMAT2_TILE`] where it gives at least
+/// [`COOPMAT2_MIN_TILES`] workgroups, else [`COOPMAT2_SMALL_TILE`], each unrolled by 4, else
+/// (neither fits the granularity) the granularity.
+fn coopmat2_tile(limits: Coopmat2, tiles_of: impl Fn(GemmTile) -> u64) -> (GemmTile, u32) {
     let fits = |t: &GemmTile| {
         let [gm, gn, gk] = limits.granularity;
         let dims = [(t.bm, gm), (t.bn, gn), (t.bk, gk)];
@@ -559,15 +565,25 @@ fn coopmat2_tile(limits: Coopmat2) -> (GemmTile, u32) {
     if let Some(t) = *forced {
         return t;
     }
-    if fits(&COOPMAT2_TILE) {
+    if fits(&COOPMAT2_TILE) && tiles_of(COOPMAT2_TILE) >= COOPMAT2_MIN_TILES {
         return (COOPMAT2_TILE, 4);
+    }
+    if fits(&COOPMAT2_SMALL_TILE) {
+        return (COOPMAT2_SMALL_TILE, 4);
     }
     let [bm, bn, bk] = limits.granularity;
     (GemmTile { bm, bn, bk, tm: 0, tn: 0 }, 1)
 }
 
-/// The default tile of shaders/include/coopmat2.glsl (measured: see the sweep in its header).
+/// The tile of shaders/include/coopmat2.glsl for large matmuls (measured: see the sweep in its
+/// header).
 const COOPMAT2_TILE: GemmTile = GemmTile { bm: 256, bn: 128, bk: 64, tm: 0, tn: 0 };
+/// The tile for smaller ones. Measured on an H100 (f16, TFLOP/s, k by 64 unrolled by 4): at
+/// 512^2 256x128 1.5, 128x128 10.2, 128x64 16.1, 64x64 16.9; at 1024^2 35.5, 49.1, 77.0 and
+/// 59.1; at 2048^2 (128 tiles of 256x128) 126.6, 95.7, 109.8 and 66.2.
+const COOPMAT2_SMALL_TILE: GemmTile = GemmTile { bm: 128, bn: 64, bk: 64, tm: 0, tn: 0 };
+/// Fewest workgroups of [`COOPMAT2_TILE`] worth taking it (an H100 has 132 multiprocessors).
+const COOPMAT2_MIN_TILES: u64 = 128;
 
 /// Whether [`matmul_coopmat`] runs `act` on `operands` (f16 or bf16) on `k`'s device (the
 /// device has the cooperative matrices; GELU stays with the f32 kernels).
