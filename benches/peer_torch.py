@@ -114,14 +114,14 @@ def main():
     if args.only:
         cases = [c for c in cases if c[0] == args.only]
     print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32 with TF32 off (matmul-f16, matmul-bf16: fp16, bf16)")
-    print(f"{'kernel':<10} {'size':>9} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
+    print(f"{'kernel':<11} {'size':>9} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
     for kernel, n, strict_target, fast_target in cases:
         t, flops, nbytes = torch_case(torch, kernel, n, iters)
         s = adeadvm_case(args.adeadvm, kernel, n, "strict", iters)
         f = adeadvm_case(args.adeadvm, kernel, n, "fast", iters)
         unit = (lambda x: f"{flops / x / 1e12:.2f} TF/s") if kernel.startswith("matmul") else (lambda x: f"{nbytes / x / 1e9:.0f} GB/s")
         target = ", ".join(x for x in (strict_target, fast_target) if x) or "-"
-        print(f"{kernel:<10} {n:>9} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x  {target}")
+        print(f"{kernel:<11} {n:>9} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x  {target}")
     if args.only and args.only != "dispatch":
         return
     # A chain of dependent tiny operations: the cost of one instruction.
@@ -137,7 +137,7 @@ def main():
         chain.append((time.perf_counter() - t0) / 1000)
     t = statistics.median(chain)
     d = adeadvm_case(args.adeadvm, "dispatch", 1, "strict", iters)
-    print(f"{'dispatch':<10} {'1000x1':>9} {t * 1e6:>9.2f} us {d * 1e6:>9.2f} us {t / d:>5.2f}x {'':>12} {'':>6}  <= 3 us per instruction")
+    print(f"{'dispatch':<11} {'1000x1':>9} {t * 1e6:>9.2f} us {d * 1e6:>9.2f} us {t / d:>5.2f}x {'':>12} {'':>6}  <= 3 us per instruction")
 
 
 if __name__ == "__main__":
