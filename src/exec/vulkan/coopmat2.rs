@@ -17,7 +17,7 @@ pub const NAME: &CStr = c"VK_NV_cooperative_matrix2";
 /// bf16 as a shader type and as cooperative-matrix operands.
 pub const BF16_NAME: &CStr = c"VK_KHR_shader_bfloat16";
 
-/// Invocations per workgroup of shaders/coopmat2_f16.comp (`local_size_x` there): the probe
+/// Invocations per workgroup of shaders/include/coopmat2.glsl (`local_size_x` there): the probe
 /// asks the driver for shapes at exactly this size.
 pub const WORKGROUP: u32 = 256;
 

@@ -249,10 +249,6 @@ pub struct Device {
     pub(crate) queue_family: u32,
     /// Valid bits of the queue's timestamps (0: the queue cannot write timestamps).
     pub(crate) timestamp_bits: u32,
-    /// Where the device offers workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2,
-    /// enabled with the features shaders/include/coopmat2.glsl needs), the fast tier's f16 and
-    /// bf16 GEMMs run on them within these limits.
-    pub(crate) coopmat2: Option<Coopmat2>,
     /// Set by `ADEADVM_VULKAN_PIPELINE_STATS` on a device with VK_KHR_pipeline_executable_properties:
     /// every pipeline's compiler statistics (registers, spills, ...) go to stderr when it is built.
     pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
@@ -364,7 +360,7 @@ impl Device {
                 chosen.name
             );
         }
-        let coopmat2 = chosen.coopmat;
+        let tensor_cores = chosen.coopmat;
         let push_descriptors =
             push_descriptors && has_extension(instance, physical, ash::khr::push_descriptor::NAME);
         let mut extensions = Vec::new();
@@ -374,7 +370,7 @@ impl Device {
         if push_descriptors {
             extensions.push(ash::khr::push_descriptor::NAME.as_ptr());
         }
-        if let Some(c) = coopmat2 {
+        if let Some(c) = tensor_cores {
             extensions.extend(c.extensions().iter().map(|e| e.as_ptr()));
         }
         let mut exec_props = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
@@ -390,7 +386,7 @@ impl Device {
             dinfo = dinfo.push_next(&mut exec_props);
         }
         let mut enable2 = coopmat2::Enable::default();
-        if let Some(c) = coopmat2 {
+        if let Some(c) = tensor_cores {
             dinfo = dinfo
                 .push_next(&mut enable2.khr)
                 .push_next(&mut enable2.nv2)
@@ -447,7 +443,6 @@ impl Device {
                 info: chosen.clone(),
                 queue_family,
                 timestamp_bits: families[queue_family as usize].timestamp_valid_bits,
-                coopmat2,
                 pipeline_stats: pipeline_stats
                     .then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device)),
                 push_descriptor: push_descriptors
@@ -480,16 +475,17 @@ impl Device {
     /// Whether the fast tier's GEMM of `dtype` operands (f16 or bf16) runs on cooperative
     /// matrices here.
     pub fn has_coopmat(&self, dtype: DType) -> bool {
-        self.coopmat2.is_some_and(|c| match dtype {
+        self.info.coopmat.is_some_and(|c| match dtype {
             DType::F16 => true,
             DType::Bf16 => c.bf16,
             _ => false,
         })
     }
 
-    /// The limits of workgroup-scope cooperative matrices, where the device has them.
+    /// The limits of workgroup-scope cooperative matrices, where the device has them (enabled
+    /// at creation with the features shaders/include/coopmat2.glsl needs).
     pub fn coopmat2(&self) -> Option<Coopmat2> {
-        self.coopmat2
+        self.info.coopmat
     }
 
     /// Whether dispatches push their bindings (VK_KHR_push_descriptor) rather than allocate
