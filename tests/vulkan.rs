@@ -405,6 +405,18 @@ fn info_lists_devices_or_says_why_not() {
                 assert!(text.contains(&d.name), "{text}");
             }
             assert!(text.contains("fp32 denormals: preserve"), "{text}");
+            // One tensor-core line a device, saying what the probe found.
+            let tensor_lines: Vec<&str> =
+                text.lines().filter(|l| l.contains("tensor cores (fast-tier MATMUL): ")).collect();
+            assert_eq!(tensor_lines.len(), devs.len(), "{text}");
+            for (d, line) in devs.iter().zip(&tensor_lines) {
+                let want = match d.coopmat {
+                    Some(c) if c.bf16 => "f16 and bf16 on workgroup-scope cooperative matrices",
+                    Some(_) => "f16 on workgroup-scope cooperative matrices",
+                    None => "none (f16 and bf16 widen to f32; needs VK_NV_cooperative_matrix2)",
+                };
+                assert!(line.contains(&format!("MATMUL): {want}")), "{}: {line}", d.name);
+            }
         }
         Err(e) => {
             assert!(!required(), "ADEADVM_REQUIRE_VULKAN=1 but devices() failed: {e}");
