@@ -269,15 +269,21 @@ fn committed_spirv_is_current() {
         // The same command as shaders/build.sh, from the repository root.
         let source = std::fs::read_to_string(&path).unwrap();
         let st = if source.contains("GL_NV_cooperative_matrix2") {
-            let st = Command::new("python3")
+            let run = Command::new("python3")
                 .current_dir(root)
                 .args(["shaders/glslang_cm2.py", &format!("shaders/{name}.comp")])
                 .arg(&out)
-                .output()
-                .unwrap();
-            if st.status.code() == Some(3) {
-                // No compiler with GL_NV_cooperative_matrix2 (the script says which to install).
-                let why = String::from_utf8_lossy(&st.stderr);
+                .output();
+            // No python3, or no compiler with GL_NV_cooperative_matrix2 (exit 3: the script says
+            // which to install).
+            let missing = match &run {
+                Err(e) => Some(format!("python3 cannot be run ({e})")),
+                Ok(st) if st.status.code() == Some(3) => {
+                    Some(String::from_utf8_lossy(&st.stderr).into_owned())
+                }
+                Ok(_) => None,
+            };
+            if let Some(why) = missing {
                 assert!(
                     !required(),
                     "ADEADVM_REQUIRE_VULKAN=1 but {name}.comp cannot be compiled here: {why}"
@@ -285,7 +291,7 @@ fn committed_spirv_is_current() {
                 println!("skipped {name}.comp: {why}");
                 continue;
             }
-            st
+            run.unwrap()
         } else {
             Command::new("glslc")
                 .current_dir(root)

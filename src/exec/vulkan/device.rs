@@ -25,11 +25,20 @@ pub const PUSH_DESCRIPTORS_ENV: &str = "ADEADVM_VULKAN_PUSH_DESCRIPTORS";
 /// a kernel with more bindings uses a descriptor set from a pool.
 pub(crate) const MIN_MAX_PUSH_DESCRIPTORS: usize = 32;
 
+/// The device extensions `pd` offers (none where the query fails).
+fn device_extensions(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Vec<vk::ExtensionProperties> {
+    // SAFETY: pd is a physical device of this live instance.
+    unsafe { instance.enumerate_device_extension_properties(pd) }.unwrap_or_default()
+}
+
+/// Whether `exts` (from [`device_extensions`]) has extension `name`.
+fn offers(exts: &[vk::ExtensionProperties], name: &CStr) -> bool {
+    exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+}
+
 /// Whether `pd` offers device extension `name`.
 fn has_extension(instance: &ash::Instance, pd: vk::PhysicalDevice, name: &CStr) -> bool {
-    // SAFETY: pd is a physical device of this live instance.
-    let exts = unsafe { instance.enumerate_device_extension_properties(pd) }.unwrap_or_default();
-    exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name))
+    offers(&device_extensions(instance, pd), name)
 }
 
 /// Environment variable that turns the cooperative-matrix GEMM (f16 and bf16) off (`0`), to
@@ -218,8 +227,8 @@ pub(crate) fn describe(
         info.driver_name = cstr_field(&drv.driver_name);
         info.driver_info = cstr_field(&drv.driver_info);
     }
-    info.coopmat =
-        coopmat2::probe(entry, instance, instance_api, pd, &info, |name| has_extension(instance, pd, name));
+    let exts = device_extensions(instance, pd);
+    info.coopmat = coopmat2::probe(entry, instance, instance_api, pd, &info, |name| offers(&exts, name));
     info
 }
 

@@ -444,11 +444,7 @@ pub fn matmul_with(
                 }
                 t
             }
-            None => GemmTile::chosen(rec, |t| {
-                u64::from(plan.batches)
-                    * u64::from(plan.m).div_ceil(u64::from(t.bm))
-                    * u64::from(plan.n).div_ceil(u64::from(t.bn))
-            }),
+            None => GemmTile::chosen(rec, |t| plan.tiles(t.bm, t.bn)),
         };
         let kernel = tile.kernel(k, tier, plan.aligned_to(g, &tile, 4))?;
         (kernel, u64::from(tile.bm), u64::from(tile.bn), GEMM_K_SPAN)
@@ -456,8 +452,7 @@ pub fn matmul_with(
     let mut push = plan.push_constants(g, act_code, bias.is_some(), 0);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
-    let tiles =
-        u64::from(plan.batches) * u64::from(plan.m).div_ceil(tile_m) * u64::from(plan.n).div_ceil(tile_n);
+    let tiles = plan.tiles(tile_m, tile_n);
     let groups = grid(rec, tuning, tiles)?;
     // One dispatch per span of k; each resumes the accumulators the previous one stored.
     let mut k_begin = 0u64;
@@ -517,18 +512,11 @@ pub fn matmul_coopmat(
     let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_narrow) << 5);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
-    let (tile, unroll) = coopmat2_tile(limits, |t| {
-        u64::from(plan.batches)
-            * u64::from(plan.m).div_ceil(u64::from(t.bm))
-            * u64::from(plan.n).div_ceil(u64::from(t.bn))
-    });
+    let (tile, unroll) = coopmat2_tile(limits, |t| plan.tiles(t.bm, t.bn));
     let shape = u32::from(plan.aligned_to(g, &tile, 8)) | u32::from(g.ta) << 1 | u32::from(g.tb) << 2;
     let name = if operands == DType::Bf16 { "coopmat2_bf16" } else { "coopmat2_f16" };
     let kernel = k.specialized(name, &[shape, tile.bm, tile.bn, tile.bk, unroll])?;
-    let tiles = u64::from(plan.batches)
-        * u64::from(plan.m).div_ceil(u64::from(tile.bm))
-        * u64::from(plan.n).div_ceil(u64::from(tile.bn));
-    let groups = grid(rec, &Tuning::default(), tiles)?;
+    let groups = grid(rec, &Tuning::default(), plan.tiles(tile.bm, tile.bn))?;
     rec.dispatch(&kernel, &bindings, &push, groups)
 }
 
@@ -684,6 +672,13 @@ struct MatmulPlan {
 }
 
 impl MatmulPlan {
+    /// Output tiles of `bm` x `bn` over every batch: one workgroup each.
+    fn tiles(&self, bm: impl Into<u64>, bn: impl Into<u64>) -> u64 {
+        u64::from(self.batches)
+            * u64::from(self.m).div_ceil(bm.into())
+            * u64::from(self.n).div_ceil(bn.into())
+    }
+
     /// Whether `tile` covers this matmul in whole tiles and whole chunks of k, with both
     /// operands read in runs of `run` elements everywhere (contiguous dimensions and batch
     /// strides multiples of it): the ALIGNED constant of shaders/include/gemm.glsl (vec4s) and
