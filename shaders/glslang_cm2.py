@@ -13,7 +13,8 @@ words and tests/vulkan.rs compares the committed SPIR-V byte for byte:
 
 ADEADVM_GLSLANG_LIB names the library directly. That wrapper has no include handler, so
 `#include "x"` lines are expanded here from shaders/include (each file once, as their guards
-would). Exit status: 0 compiled; 1 the source does not compile; 3 no compiler found.
+would). Exit status: 0 compiled; 1 the source cannot be read or does not compile, or the
+output cannot be written; 2 usage; 3 no usable compiler found.
 """
 import ctypes
 import glob
@@ -102,8 +103,16 @@ def main():
     if lib_path is None:
         sys.stderr.write(f"glslang_cm2: no compiler (pip install slangpy=={SLANGPY_VERSION}, or set ADEADVM_GLSLANG_LIB)\n")
         return 3
-    lib = ctypes.CDLL(lib_path)
-    source = expand(src_path, set()).encode("utf-8")
+    try:
+        compile_1_2 = ctypes.CDLL(lib_path).glslang_compile_1_2
+    except (OSError, AttributeError) as e:
+        sys.stderr.write(f"glslang_cm2: cannot use {lib_path} as the compiler: {e}\n")
+        return 3
+    try:
+        source = expand(src_path, set()).encode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        sys.stderr.write(f"glslang_cm2: cannot read the shader source: {e}\n")
+        return 1
     buf = ctypes.create_string_buffer(source, len(source))
     words, diagnostics = [], []
     on_output = OutputFunc(lambda data, size, _user: words.append(ctypes.string_at(data, size)))
@@ -125,16 +134,22 @@ def main():
         SpirvVersion(1, 6, 0),
         b"main",
     )
-    rc = lib.glslang_compile_1_2(ctypes.byref(req))
+    rc = compile_1_2(ctypes.byref(req))
     sys.stderr.write(b"".join(diagnostics).decode("utf-8", "replace"))
     spirv = b"".join(words)
     if rc != 0 or not spirv:
         sys.stderr.write(f"glslang_cm2: {src_path} did not compile\n")
         return 1
     tmp = out_path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(spirv)
-    os.replace(tmp, out_path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(spirv)
+        os.replace(tmp, out_path)
+    except OSError as e:
+        sys.stderr.write(f"glslang_cm2: cannot write {out_path}: {e}\n")
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        return 1
     return 0
 
 
