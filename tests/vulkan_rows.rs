@@ -165,7 +165,12 @@ fn tunings() -> impl Strategy<Value = Tuning> {
         prop::option::of(1u32..4),
         prop::option::of(prop::sample::select(GemmTile::ALL.to_vec())),
     )
-        .prop_map(|(b, g, gemm)| Tuning { threads_per_row: b.map(|b| 1 << b), max_groups_x: g, gemm })
+        .prop_map(|(b, g, gemm)| Tuning {
+            threads_per_row: b.map(|b| 1 << b),
+            max_groups_x: g,
+            gemm,
+            gemm_k_span: None,
+        })
 }
 
 proptest! {
@@ -353,7 +358,8 @@ fn threads_per_row_never_change_bits() {
         reference::reduce(Reduce::Max, &x, &[nrows, n], 1, &mut want_max);
         for t in (0..=8).map(|b| 1u32 << b) {
             // A grid 2 wide: the workgroups spread over y.
-            let tuning = Tuning { threads_per_row: Some(t), max_groups_x: Some(2), gemm: None };
+            let tuning =
+                Tuning { threads_per_row: Some(t), max_groups_x: Some(2), gemm: None, gemm_k_span: None };
             let mut rec = Recorder::new(ex.device()).unwrap();
             let sx = upload(ex, &mut rec, &x);
             let sg = upload(ex, &mut rec, &gamma);
@@ -411,7 +417,7 @@ fn matmul_edges() {
     check(matmul_case(ex, &g, Act::None, Some(&[2, 1, 2, 1, 2, 1, 3, 1]), (13, 5), &Tuning::default()));
     // Several tiles along m and n and several batches, on a grid 2 wide.
     let g = geometry(&[5], &[true], &[true], (130, 200, 20), (false, false), false);
-    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(2), gemm: None };
+    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(2), gemm: None, gemm_k_span: None };
     check(matmul_case(ex, &g, Act::Gelu, Some(&[200]), (14, 5), &tuning));
 }
 
@@ -427,8 +433,26 @@ fn matmul_k_over_several_dispatches() {
     // The register-tiled kernels resume across dispatches too, aligned (vec4 loads) or not.
     for (tile, (m, n)) in tiles(ex).into_iter().zip([(5, 8), (9, 7), (4, 12)].into_iter().cycle()) {
         let g = geometry(&[], &[], &[], (m, n, 2 * rows::GEMM_K_SPAN as usize + 13), (false, false), false);
-        let tuning = Tuning { gemm: Some(tile), ..Tuning::default() };
+        let tuning = Tuning { gemm: Some(tile), gemm_k_span: Some(rows::GEMM_K_SPAN), ..Tuning::default() };
         check(matmul_case(ex, &g, Act::None, Some(&[n]), (17, 5), &tuning));
+    }
+}
+
+/// The k a GEMM dispatch covers changes no bit, in either path of the loads: short spans
+/// (several dispatches, each resuming the sums the last stored) against the device's default,
+/// on whole tiles with vec4 operands (no bounds checks) and on ragged ones; a span that is no
+/// multiple of a chunk is rounded down to one.
+#[test]
+fn gemm_k_span_never_changes_bits() {
+    let Some(ex) = exec() else { return };
+    for tile in tiles(ex) {
+        for (m, n, k) in [(128, 128, 160), (9, 70, 141)] {
+            let g = geometry(&[2], &[true], &[false], (m, n, k), (false, true), false);
+            for span in [None, Some(32), Some(64), Some(70)] {
+                let tuning = Tuning { gemm: Some(tile), gemm_k_span: span, ..Tuning::default() };
+                check(matmul_case(ex, &g, Act::Relu, Some(&[n]), (19, 5), &tuning));
+            }
+        }
     }
 }
 
@@ -620,7 +644,7 @@ fn longest_rows() {
         check(same_bits(&format!("{op:?} of 2^24"), &want, &fetch(ex, &mut rec, &one)));
     }
     let msg = |r: Result<(), VulkanError>| r.unwrap_err().to_string();
-    let t1 = Tuning { threads_per_row: Some(1), max_groups_x: None, gemm: None };
+    let t1 = Tuning { threads_per_row: Some(1), max_groups_x: None, gemm: None, gemm_k_span: None };
     let e = msg(rows::reduce_with(k, &mut rec, Reduce::Sum, &one, &sx, &[n], 0, &t1));
     assert!(
         e.starts_with("invalid Vulkan dispatch: 1 threads per row of 16777216 elements would run about "),
@@ -680,7 +704,7 @@ fn grids_past_65535_workgroups() {
     let mut rec = Recorder::new(ex.device()).unwrap();
     let sx = upload(ex, &mut rec, &x);
     // One row per workgroup (256 threads on one element).
-    let t256 = Tuning { threads_per_row: Some(256), max_groups_x: None, gemm: None };
+    let t256 = Tuning { threads_per_row: Some(256), max_groups_x: None, gemm: None, gemm_k_span: None };
     let dst = ex.alloc(rows_n as u64 * 4).unwrap();
     rows::rmsnorm_with(k, &mut rec, &dst, &sx, rows_n, 1, None, 1e-5, &t256).unwrap();
     let mut want = vec![0.0f32; rows_n];
@@ -741,7 +765,7 @@ fn bad_input_is_refused() {
             4,
             None,
             1e-5,
-            &Tuning { threads_per_row: Some(3), max_groups_x: None, gemm: None }
+            &Tuning { threads_per_row: Some(3), max_groups_x: None, gemm: None, gemm_k_span: None }
         )),
         "invalid Vulkan dispatch: 3 threads per row; a power of two from 1 to 256"
     );
@@ -793,7 +817,7 @@ fn reduce_in_a_long_looped_grid() {
     let mut rec = Recorder::new(ex.device()).unwrap();
     let sx = ex.alloc(0).unwrap();
     let dst = ex.alloc(outs as u64 * 4).unwrap();
-    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(1), gemm: None };
+    let tuning = Tuning { threads_per_row: None, max_groups_x: Some(1), gemm: None, gemm_k_span: None };
     rows::reduce_with(ex.kernels(), &mut rec, Reduce::Mean, &dst, &sx, &shape, 2, &tuning).unwrap();
     let got = fetch(ex, &mut rec, &dst);
     same_bits("empty-axis mean, one workgroup", &want, &got).unwrap();

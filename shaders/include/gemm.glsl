@@ -27,9 +27,6 @@
 #define ADEADVM_GEMM_GLSL
 #include "matmul_common.glsl"
 
-// The k one dispatch covers (ops::rows::GEMM_K_SPAN): lavapipe ends a loop after 65535
-// iterations of an invocation in all, and the k loops here run a few iterations per k there.
-#define GEMM_K_SPAN 2048u
 
 // The geometry is compiled in (GEMM_BM, GEMM_BN, GEMM_BK, GEMM_TM, GEMM_TN, defined by each
 // shaders/gemm_*.comp), and every per-thread array (the accumulators, the staged loads) is
@@ -62,6 +59,10 @@ layout(constant_id = 0) const bool HW_FTZ = false;
 // (a branch the driver removes when it builds the pipeline; measured on an H100 with 128x128
 // tiles: 34.8 -> 37.0 TFLOP/s at 4096^2; checking at run time per tile gained nothing).
 layout(constant_id = 1) const bool ALIGNED = false;
+// The k one dispatch covers (ops::rows::gemm_k_span): lavapipe ends a loop after 65535
+// iterations of an invocation in all, and the k loops here run a few iterations per k there;
+// elsewhere one dispatch takes the whole k (no second pass through y).
+layout(constant_id = 2) const uint GEMM_K_SPAN = 2048u;
 layout(local_size_x = GEMM_WG) in;
 
 // vec4 views of the same bindings (used only when the contiguous dimension is a multiple of 4).
