@@ -9,12 +9,23 @@
 // divides the tile.
 //
 // Measured on an H100 (driver 580, TFLOP/s, f16): 157 at 4096^2, 126 at 2048^2, 165 at 8192^2
-// with 256x128 tiles, k by 64, four chunks a loop iteration; the subgroup-scope kernel it
+// with 256x128 tiles, k by 64, four chunks a loop iteration, from a warm driver shader cache;
+// but 34-38 at 4096^2 in about half the processes that compiled that pipeline afresh, so
+// ops::rows takes it not unrolled: 148-150 at 4096^2, 158 at 8192^2, cold or warm (the
+// subgroup-scope kernel it
 // replaced (16x16 matrices a subgroup, staged by hand through shared memory, 128x128 tiles)
 // gave 144, 114 and 163. The tile sweep at 4096^2, workgroups of 256 (k unrolled by 4):
 // 256x128x64 157, 256x128x32 138, 128x256x32 120, 128x128x64 102; of 128 (rolled): 128x128x64
 // 134, 128x128x32 120. Neither kind reaches Hopper's warpgroup MMA: cuBLAS's fp16 GEMM ran at
 // about 700 in the same runs.
+//
+// The driver's code (SASS, from its shader cache, by nvdisasm): HMMA.16816.F32 (Ampere's
+// warp MMA); a (row-major) staged through shared memory with 128-bit loads and read by
+// LDSM; b, stored [K, N], gathered with 16-bit global loads (the MMA wants pairs along k).
+// Staging b by hand (128-bit loads into a padded shared chunk, coopMatLoad from there) removed
+// those gathers but ran slower: 127 against 138 at 256x128x32 unrolled by 4, 97 against 131 at
+// 256x128x16. (A shared array sized by a ?: of specialization constants crashed the driver's
+// compiler.)
 //
 // Built by shaders/glslang_cm2.py (a glslang with GL_NV_cooperative_matrix2 and
 // GL_EXT_bfloat16; the glslc CI installs predates both), not glslc; tests/vulkan.rs checks the

@@ -571,8 +571,8 @@ pub fn matmul_coopmat(
 /// constants 1 to 4; tm and tn unused) for a matmul of `tiles_of(tile)` output tiles:
 /// `ADEADVM_COOPMAT2_TILE=BMxBNxBK[/UNROLL]` where the device's granularity and largest
 /// dimension allow it (a tuning aid), else [`COOPMAT2_TILE`] where it gives at least
-/// [`COOPMAT2_MIN_TILES`] workgroups, else [`COOPMAT2_SMALL_TILE`], each unrolled by 4, else
-/// (neither fits the granularity) the granularity.
+/// [`COOPMAT2_MIN_TILES`] workgroups (not unrolled), else [`COOPMAT2_SMALL_TILE`] unrolled by 4,
+/// else (neither fits the granularity) the granularity.
 fn coopmat2_tile(limits: Coopmat2, tiles_of: impl Fn(GemmTile) -> u64) -> (GemmTile, u32) {
     let fits = |t: &GemmTile| {
         let [gm, gn, gk] = limits.granularity;
@@ -601,7 +601,11 @@ fn coopmat2_tile(limits: Coopmat2, tiles_of: impl Fn(GemmTile) -> u64) -> (GemmT
         return t;
     }
     if fits(&COOPMAT2_TILE) && tiles_of(COOPMAT2_TILE) >= COOPMAT2_MIN_TILES {
-        return (COOPMAT2_TILE, 4);
+        // Not unrolled: unrolled by 4 it ran at 157 TFLOP/s at 4096^2 (f16, H100, driver 580)
+        // when its pipeline came from the driver's shader cache, but at 34-38 in about half
+        // the processes that compiled it afresh (a machine's first run; the same binary, the
+        // whole process long). Not unrolled it ran at 148-150 either way, in every run.
+        return (COOPMAT2_TILE, 1);
     }
     if fits(&COOPMAT2_SMALL_TILE) {
         return (COOPMAT2_SMALL_TILE, 4);
