@@ -15,5 +15,10 @@ for f in shaders/*.comp; do
         python3 shaders/glslang_cm2.py "$f" "shaders/spv/$n.spv"
         continue
     fi
-    glslc -O --target-env=vulkan1.0 -I shaders/include "$f" -o "shaders/spv/$n.spv"
+    # Subgroup operations need SPIR-V 1.3 (Vulkan 1.1); the rest stays loadable by 1.0 devices.
+    env=vulkan1.0
+    if grep -q GL_KHR_shader_subgroup "$f"; then
+        env=vulkan1.1
+    fi
+    glslc -O --target-env=$env -I shaders/include "$f" -o "shaders/spv/$n.spv"
 done

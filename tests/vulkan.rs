@@ -293,9 +293,14 @@ fn committed_spirv_is_current() {
             }
             run.unwrap()
         } else {
+            let env = if source.contains("GL_KHR_shader_subgroup") {
+                "--target-env=vulkan1.1"
+            } else {
+                "--target-env=vulkan1.0"
+            };
             Command::new("glslc")
                 .current_dir(root)
-                .args(["-O", "--target-env=vulkan1.0", "-I", "shaders/include"])
+                .args(["-O", env, "-I", "shaders/include"])
                 .arg(format!("shaders/{name}.comp"))
                 .arg("-o")
                 .arg(&out)

@@ -78,6 +78,9 @@ pub struct DeviceInfo {
     pub denorm_ftz_f32: Option<bool>,
     /// Subgroup size; None when the device cannot report it (Vulkan 1.0).
     pub subgroup_size: Option<u32>,
+    /// Whether compute shaders have subgroup shuffles (the fast tier's one-pass row kernels
+    /// reduce with them); false where the device cannot report it.
+    pub subgroup_shuffle: bool,
     /// Whether a queue family supports compute.
     pub has_compute_queue: bool,
     /// Workgroup-scope cooperative matrices for the fast tier's f16 and bf16 MATMUL, where the
@@ -206,6 +209,7 @@ pub(crate) fn describe(
         denorm_preserve_f32: None,
         denorm_ftz_f32: None,
         subgroup_size: None,
+        subgroup_shuffle: false,
         has_compute_queue,
         coopmat: None,
     };
@@ -224,6 +228,10 @@ pub(crate) fn describe(
         info.denorm_preserve_f32 = Some(fc.shader_denorm_preserve_float32 == vk::TRUE);
         info.denorm_ftz_f32 = Some(fc.shader_denorm_flush_to_zero_float32 == vk::TRUE);
         info.subgroup_size = Some(sg.subgroup_size);
+        info.subgroup_shuffle = sg.supported_stages.contains(vk::ShaderStageFlags::COMPUTE)
+            && sg
+                .supported_operations
+                .contains(vk::SubgroupFeatureFlags::BASIC | vk::SubgroupFeatureFlags::SHUFFLE);
         info.driver_name = cstr_field(&drv.driver_name);
         info.driver_info = cstr_field(&drv.driver_info);
     }

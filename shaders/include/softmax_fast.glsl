@@ -1,9 +1,12 @@
-#version 450
-// SOFTMAX over the last axis in the fast tier, one pass: each row is read once into registers
-// (fastrow.glsl), its max and sum reduced over a fixed tree, exp the device's own; the same
-// bits run to run on one device, within a few ulp of the exact result, not the CPU's bits.
-// Same bindings and push constants as softmax.comp (tbits unused).
-#extension GL_GOOGLE_include_directive : require
+// softmax_fast.glsl -- SOFTMAX over the last axis in the fast tier, one pass: each row is read
+// once into registers (fastrow.glsl), its max and sum reduced in fastrow's fixed order, exp the
+// device's own; the same bits run to run on one device, within a few ulp of the exact result,
+// not the CPU's bits. Same bindings and push constants as softmax.comp (tbits unused).
+// Compiled once per FAST_PER (elements a thread: 4, 8, 16, 32) as
+// shaders/softmax_fast_<PER>.comp; ops::rows takes the smallest that holds the row (fewer
+// registers, more rows in flight).
+#ifndef ADEADVM_SOFTMAX_FAST_GLSL
+#define ADEADVM_SOFTMAX_FAST_GLSL
 #include "fastrow.glsl"
 #include "softmax_common.glsl"
 
@@ -25,13 +28,13 @@ void main() {
             m = max(m, v[j]);
         }
     }
-    m = fast_reduce(m, true);
+    m = fast_reduce(m, true, 0u);
     float s = 0.0;
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
         v[j] = j * 256u + t < n ? exp(v[j] - m) : 0.0;
         s += v[j];
     }
-    float r = 1.0 / fast_reduce(s, false);
+    float r = 1.0 / fast_reduce(s, false, 1u);
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
         uint e = j * 256u + t;
         if (e < n) {
@@ -39,3 +42,5 @@ void main() {
         }
     }
 }
+
+#endif // ADEADVM_SOFTMAX_FAST_GLSL

@@ -1,9 +1,11 @@
-#version 450
-// LAYERNORM over rows of n in the fast tier, one pass: each row is read once into registers
-// (fastrow.glsl), its mean and variance reduced over a fixed tree, inversesqrt the device's
-// own; the same bits run to run on one device, not the CPU's bits. Same bindings and push
-// constants as layernorm.comp (tbits unused).
-#extension GL_GOOGLE_include_directive : require
+// layernorm_fast.glsl -- LAYERNORM over rows of n in the fast tier, one pass: each row is read
+// once into registers (fastrow.glsl), its mean and variance reduced in fastrow's fixed order,
+// inversesqrt the device's own; the same bits run to run on one device, not the CPU's bits.
+// Same bindings and push constants as layernorm.comp (tbits unused). Compiled once per
+// FAST_PER (elements a thread: 4, 8, 16, 32) as shaders/layernorm_fast_<PER>.comp; ops::rows
+// takes the smallest that holds the row (fewer registers, more rows in flight).
+#ifndef ADEADVM_LAYERNORM_FAST_GLSL
+#define ADEADVM_LAYERNORM_FAST_GLSL
 #include "fastrow.glsl"
 
 layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
@@ -32,13 +34,13 @@ void main() {
         v[j] = e < n ? x[base + e] : 0.0;
         s += v[j];
     }
-    float mu = fast_reduce(s, false) / p.nf;
+    float mu = fast_reduce(s, false, 0u) / p.nf;
     float q = 0.0;
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
         float d = j * 256u + t < n ? v[j] - mu : 0.0;
         q += d * d;
     }
-    float rs = inversesqrt(fast_reduce(q, false) / p.nf + p.eps);
+    float rs = inversesqrt(fast_reduce(q, false, 1u) / p.nf + p.eps);
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
         uint e = j * 256u + t;
         if (e < n) {
@@ -53,3 +55,5 @@ void main() {
         }
     }
 }
+
+#endif // ADEADVM_LAYERNORM_FAST_GLSL
