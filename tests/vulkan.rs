@@ -323,8 +323,17 @@ fn committed_spirv_is_current() {
 
 /// Kernels that only move or convert bits with integer operations: they must contain no float
 /// arithmetic at all (so none can be contracted or rounded by a driver).
-const INTEGER_ONLY: &[&str] =
-    &["binary_i32", "unary_i32", "fill", "cast", "unpack16", "pack16", "strided_copy", "gather"];
+const INTEGER_ONLY: &[&str] = &[
+    "binary_i32",
+    "unary_i32",
+    "fill",
+    "cast",
+    "unpack16",
+    "pack16",
+    "transpose16",
+    "strided_copy",
+    "gather",
+];
 
 #[test]
 fn strict_shaders_never_contract() {

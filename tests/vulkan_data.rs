@@ -615,6 +615,33 @@ fn grid_stride_covers_more_than_the_workgroup_limit() {
     assert!(got.len() == n && got.iter().all(|&w| w == 0x3f80_0000), "FILL of {n} words");
 }
 
+/// transpose16 swaps the last two axes of 16-bit matrices, raw bits, against index arithmetic
+/// here: whole 64 x 64 tiles, partial tiles on either side, one-word-wide rows, batches.
+#[test]
+fn transpose16_swaps_the_last_two_axes() {
+    let Some(ex) = exec() else { return };
+    for (batch, rows, cols) in [(1, 2, 2), (1, 64, 64), (3, 66, 130), (1, 130, 2), (5, 2, 200), (2, 192, 128)]
+    {
+        let n = batch * rows * cols;
+        // Every half distinct (its own index, scrambled), so a misplaced one shows.
+        let halves: Vec<u16> = (0..n as u32).map(|i| (i.wrapping_mul(40503) ^ (i >> 16)) as u16).collect();
+        let words: Vec<u32> = halves.chunks(2).map(|p| u32::from(p[0]) | u32::from(p[1]) << 16).collect();
+        let mut want = vec![0u16; n];
+        for b in 0..batch {
+            for r in 0..rows {
+                for c in 0..cols {
+                    want[(b * cols + c) * rows + r] = halves[(b * rows + r) * cols + c];
+                }
+            }
+        }
+        let want: Vec<u32> = want.chunks(2).map(|p| u32::from(p[0]) | u32::from(p[1]) << 16).collect();
+        let got = run(ex, &[&words], n / 2, |k, rec, o, ins| {
+            data::transpose16(k, rec, o, &ins[0], batch, rows, cols)
+        });
+        same(&format!("transpose16 of {batch} x {rows} x {cols}"), &want, &got);
+    }
+}
+
 /// Bad arguments are refused with a message before anything is recorded; empty outputs record
 /// nothing.
 #[test]
@@ -658,6 +685,13 @@ fn bad_arguments_are_clear_errors_and_empty_outputs_record_nothing() {
         msg(e),
         "invalid Vulkan dispatch: the status buffer holds 16 32-bit words; the operation needs 17"
     );
+    let e = data::transpose16(k, &mut rec, &s, &s, 1, 3, 4).unwrap_err();
+    assert_eq!(msg(e), "invalid Vulkan dispatch: transpose16 takes even rows and columns, not 3 x 4");
+    let e = data::transpose16(k, &mut rec, &s, &s, 2, 4, 6).unwrap_err();
+    assert_eq!(
+        msg(e),
+        "invalid Vulkan dispatch: the destination holds 16 32-bit words; the operation needs 24"
+    );
     let e = data::cast(k, &mut rec, &s, DType::F32, &s, DType::F16, 33).unwrap_err();
     assert!(msg(e).contains("needs 33"));
     let e = data::fill(k, &mut rec, &s, 1 << 33, 0).unwrap_err();
@@ -676,6 +710,7 @@ fn bad_arguments_are_clear_errors_and_empty_outputs_record_nothing() {
     data::cast(k, &mut rec, &s, DType::F16, &s, DType::I32, 0).unwrap();
     data::unpack16(k, &mut rec, &s, &s, 0).unwrap();
     data::pack16(k, &mut rec, &s, &s, 0).unwrap();
+    data::transpose16(k, &mut rec, &s, &s, 0, 64, 64).unwrap();
     data::strided_copy(k, &mut rec, &s, 0, &[1, 1], &s, 0, &[1, 1], &[3, 0]).unwrap();
     data::gather(k, &mut rec, &s, &s, 4, 4, &s, 0, &s, 0).unwrap();
     assert!(!rec.has_work(), "an empty operation recorded work");

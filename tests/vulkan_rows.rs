@@ -826,7 +826,8 @@ fn reduce_in_a_long_looped_grid() {
 /// The fast tier's f16 and bf16 GEMMs on cooperative matrices (only where the device has them):
 /// over transposes, broadcast batches, bias, RELU, aligned and unaligned shapes and both output
 /// types, every output within the rounding of f32 sums (plus the 16-bit output's own rounding)
-/// of the CPU reference on the same 16-bit values, and the same bits on a second run.
+/// of the CPU reference on the same 16-bit values, and the same bits on a second run; with the
+/// operands restaged (transposed into scratch first) where `coopmat_restaging` offers it too.
 #[test]
 fn coopmat_gemm_is_repeatable_and_accurate() {
     let Some(ex) = exec() else { return };
@@ -856,6 +857,14 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
             // partial.
             (vec![16], (256, 1024, 64), (false, true), Some(vec![1024]), Act::None),
             (vec![16], (250, 1000, 72), (true, false), None, Act::Relu),
+            // Both operands restaged into the kernel's layout (ops::rows::coopmat_restaging),
+            // and an odd k that keeps them as stored.
+            (vec![2], (256, 512, 96), (true, false), Some(vec![512]), Act::None),
+            (vec![], (300, 300, 33), (false, false), None, Act::None),
+            // Whole tiles with k long enough for the unrolled loop (COOPMAT2_UNROLL chunks an
+            // iteration) and a chunk after it: the small tile, then the large one.
+            (vec![], (512, 512, 1088), (false, false), Some(vec![512]), Act::Relu),
+            (vec![16], (256, 1024, 576), (false, true), None, Act::None),
         ];
         for (dims, (m, n, k), (ta, tb), bias_shape, act) in cases {
             let full = vec![true; dims.len()];
@@ -871,7 +880,11 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
             let abs = |v: &[f32]| v.iter().map(|x| x.abs()).collect::<Vec<f32>>();
             let mut scale = vec![0.0f32; want.len()];
             reference::matmul(&g, &abs(&a), &abs(&b), None, Act::None, &mut scale);
-            for dst_narrow in [false, true] {
+            let restaging = rows::coopmat_restaging(&g);
+            for (dst_narrow, restage) in [(false, false), (true, false), (false, true), (true, true)] {
+                if restage && restaging == [None, None] {
+                    continue;
+                }
                 let run = || {
                     let mut rec = Recorder::new(ex.device()).unwrap();
                     let sa = ex.upload(&mut rec, &to_bytes(&a)).unwrap();
@@ -879,6 +892,7 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
                     let sbias = bias.as_ref().map(|v| upload(ex, &mut rec, v));
                     let dst = ex.alloc(want.len() as u64 * if dst_narrow { 2 } else { 4 }).unwrap();
                     let bias = sbias.as_ref().zip(bias_shape.as_deref());
+                    let scratch = restaging.map(|b| b.filter(|_| restage).map(|b| ex.alloc(b).unwrap()));
                     rows::matmul_coopmat(
                         ex.kernels(),
                         &mut rec,
@@ -890,6 +904,7 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
                         &sa,
                         &sb,
                         bias,
+                        [scratch[0].as_ref(), scratch[1].as_ref()],
                     )
                     .unwrap();
                     let bytes = ex.fetch(&mut rec, &dst).unwrap();
@@ -913,7 +928,7 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
                         + 1e-6;
                     assert!(
                         (got[i] - want[i]).abs() <= tol,
-                        "{dtype:?} {g:?} act {act:?} narrow {dst_narrow}: output {i} is {} where the f32 reference gives {} (tolerance {tol})",
+                        "{dtype:?} {g:?} act {act:?} narrow {dst_narrow} restaged {restage}: output {i} is {} where the f32 reference gives {} (tolerance {tol})",
                         got[i],
                         want[i]
                     );

@@ -8,24 +8,28 @@
 // and a workgroup-scope shape of this operand type for workgroups of 256 whose granularity
 // divides the tile.
 //
-// Measured on an H100 (driver 580, TFLOP/s, f16): 157 at 4096^2, 126 at 2048^2, 165 at 8192^2
-// with 256x128 tiles, k by 64, four chunks a loop iteration, from a warm driver shader cache;
-// but 34-38 at 4096^2 in about half the processes that compiled that pipeline afresh, so
-// ops::rows takes it not unrolled: 148-150 at 4096^2, 158 at 8192^2, cold or warm (the
-// subgroup-scope kernel it
-// replaced (16x16 matrices a subgroup, staged by hand through shared memory, 128x128 tiles)
-// gave 144, 114 and 163. The tile sweep at 4096^2, workgroups of 256 (k unrolled by 4):
-// 256x128x64 157, 256x128x32 138, 128x256x32 120, 128x128x64 102; of 128 (rolled): 128x128x64
-// 134, 128x128x32 120. Neither kind reaches Hopper's warpgroup MMA: cuBLAS's fp16 GEMM ran at
-// about 700 in the same runs.
+// Layout: the driver's code (SASS, from its shader cache, by scripts/nvidia-sass.py) is
+// Ampere's warp MMA (HMMA.16816.F32), which takes both operands as pairs along k: a stored
+// [M, K] is staged through shared memory with 128-bit loads and read by LDSM, but b stored
+// [K, N] was gathered with 16-bit global loads, and a stored [K, M] ran at 12-56 TFLOP/s. So
+// ops::rows::matmul_coopmat restages such operands (one transpose into scratch,
+// shaders/transpose16.comp) and this kernel mostly runs a [M, K] with b [N, K]. Measured on an
+// H200 (driver 580, f16, 4096^2, TFLOP/s): b [K, N] 148, b [N, K] 178, both with 256x128 tiles
+// rolled; restaged (the transpose included) 172.
 //
-// The driver's code (SASS, from its shader cache, by nvdisasm): HMMA.16816.F32 (Ampere's
-// warp MMA); a (row-major) staged through shared memory with 128-bit loads and read by
-// LDSM; b, stored [K, N], gathered with 16-bit global loads (the MMA wants pairs along k).
-// Staging b by hand (128-bit loads into a padded shared chunk, coopMatLoad from there) removed
-// those gathers but ran slower: 127 against 138 at 256x128x32 unrolled by 4, 97 against 131 at
-// 256x128x16. (A shared array sized by a ?: of specialization constants crashed the driver's
-// compiler.)
+// Tiles (operands restaged; the sweep is beside ops::rows::COOPMAT2_TILE): 128x256, k by 64,
+// eight chunks a loop iteration: 249 at 4096^2, 270 at 8192^2, 186 at 2048^2, from 172 with
+// the 256x128 tile rolled (unrolling did not help that tile: 129 by 4 chunks, 118 by 8). The
+// subgroup-scope kernel this replaced (16x16 matrices a subgroup,
+// staged by hand through shared memory, 128x128 tiles) gave 144 on an H100. Earlier on an H100
+// the 256x128 tile unrolled by 4 ran at 157 from a warm driver shader cache but 34-38 in about
+// half the processes that compiled it afresh; on the H200 every tile ran within 0.5 of its
+// figure in processes that compiled it afresh (shader disk cache off) and from the cache.
+// Staging b [K, N] by hand (128-bit loads into a padded shared chunk, coopMatLoad from there)
+// removed the gathers but ran slower than the driver's: 127 against 138. (A shared array sized
+// by a ?: of specialization constants crashed the driver's compiler.) cuBLAS's fp16 GEMM runs
+// at 650-760 on Hopper's warpgroup MMA (wgmma), which this driver does not emit for either
+// scope.
 //
 // Built by shaders/glslang_cm2.py (a glslang with GL_NV_cooperative_matrix2 and
 // GL_EXT_bfloat16; the glslc CI installs predates both), not glslc; tests/vulkan.rs checks the

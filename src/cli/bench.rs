@@ -60,6 +60,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// How the matmul kernels store their operands: nn (a [M, K], b [K, N]), nt (b stored
+    /// [N, K], as a linear layer's weight), tn (a stored [K, M]) or tt.
+    #[arg(long, default_value = "nn", value_parser = ["nn", "nt", "tn", "tt"])]
+    layout: String,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -99,6 +103,17 @@ impl Observer for TimeOf {
 pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let n = a.size;
     let tier = Tier::from_name(&a.tier).context("tier")?;
+    let is_matmul = matches!(a.kernel, Kernel::Matmul | Kernel::MatmulF16 | Kernel::MatmulBf16);
+    if a.layout != "nn" && !is_matmul {
+        bail!("--layout {} applies to the matmul kernels only", a.layout);
+    }
+    // The operands are square, so a stored transpose changes only how the kernel reads them.
+    let matmul_insn = match a.layout.as_str() {
+        "nt" => "MATMUL %c, %a, %b, tb",
+        "tn" => "MATMUL %c, %a, %b, ta",
+        "tt" => "MATMUL %c, %a, %b, ta, tb",
+        _ => "MATMUL %c, %a, %b",
+    };
     // Refused before any input is generated: the largest tensor, held about six times over (the
     // generated values, the bound input, the arena, the device's copies and the summed result).
     let largest = match a.kernel {
@@ -146,12 +161,7 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         .kernel
     {
         Kernel::Matmul => (
-            timed(
-                &format!(".input %a f32[{n}, {n}]\n.input %b f32[{n}, {n}]"),
-                "f32",
-                &[n, n],
-                "MATMUL %c, %a, %b",
-            ),
+            timed(&format!(".input %a f32[{n}, {n}]\n.input %b f32[{n}, {n}]"), "f32", &[n, n], matmul_insn),
             1,
             vec![("a", f32_input(vec![n, n], 1)?), ("b", f32_input(vec![n, n], 2)?)],
             2.0 * (n as f64).powi(3),
@@ -174,7 +184,7 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
                     &format!(".input %a {name}[{n}, {n}]\n.input %b {name}[{n}, {n}]"),
                     name,
                     &[n, n],
-                    "MATMUL %c, %a, %b",
+                    matmul_insn,
                 ),
                 1,
                 vec![("a", half_input(1)?), ("b", half_input(2)?)],
@@ -280,13 +290,14 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let name =
         a.kernel.to_possible_value().map_or_else(|| format!("{:?}", a.kernel), |v| v.get_name().to_string());
     let level = vm.simd_level().name();
+    let layout_json = if is_matmul { format!("\"layout\":\"{}\",", a.layout) } else { String::new() };
     if a.json {
         let mut host = host.map_or(String::new(), |h| format!(",\"host_seconds\":{h:e}"));
         if submissions > 0 {
             host.push_str(&format!(",\"gpu_submissions\":{submissions},\"gpu_reused\":{reused}"));
         }
         println!(
-            "{{\"kernel\":\"{name}\",\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e}{host},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
+            "{{\"kernel\":\"{name}\",{layout_json}\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e}{host},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
             a.tier,
             a.backend,
             if gpu.is_some() { "gpu" } else { "wall" },
@@ -315,8 +326,9 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         ),
         _ => "wall".into(),
     };
+    let shown_name = if is_matmul && a.layout != "nn" { format!("{name} ({})", a.layout) } else { name };
     println!(
-        "{name} {n}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {}, {timed_by})",
+        "{shown_name} {n}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {}, {timed_by})",
         a.backend,
         a.tier,
         samples.len()

@@ -905,6 +905,12 @@ impl Vm {
                     let d = self.dst(f, dst)?;
                     let g = self.gpu.as_mut().expect("device");
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
+                    let mut restaged = [None, None];
+                    for (slot, bytes) in restaged.iter_mut().zip(rows::coopmat_restaging(&gs)) {
+                        if let Some(bytes) = bytes {
+                            *slot = Some(g.scratch(bytes)?);
+                        }
+                    }
                     rows::matmul_coopmat(
                         g.exec.kernels(),
                         &mut g.rec,
@@ -916,6 +922,7 @@ impl Vm {
                         &va,
                         &vb,
                         bias,
+                        [restaged[0].as_ref(), restaged[1].as_ref()],
                     )?;
                     return Ok((Flow::Next, cost));
                 }

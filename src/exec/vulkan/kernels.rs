@@ -29,6 +29,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "cast",
     "unpack16",
     "pack16",
+    "transpose16",
     "strided_copy",
     "gather",
     "matmul",

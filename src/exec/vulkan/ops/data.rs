@@ -421,6 +421,38 @@ pub fn pack16(
     launch(k, rec, "pack16", &[Binding::write(dst), Binding::read(src)], &[n32], words)
 }
 
+/// `dst[b][c][r] = src[b][r][c]` for `batch` matrices of `rows` x `cols` 16-bit elements (raw
+/// bits, packed two a word): the last two axes swapped. `rows` and `cols` must be even (each
+/// output word then pairs two input rows; odd shapes take [`unpack16`], [`strided_copy`] and
+/// [`pack16`]).
+pub fn transpose16(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    src: &Slice,
+    batch: usize,
+    rows: usize,
+    cols: usize,
+) -> Result<(), VulkanError> {
+    if !rows.is_multiple_of(2) || !cols.is_multiple_of(2) {
+        return Err(invalid(format!("transpose16 takes even rows and columns, not {rows} x {cols}")));
+    }
+    let words = count(&[batch, rows, cols])
+        .map(|n| n / 2)
+        .ok_or_else(|| invalid("transpose16: too many elements".into()))?;
+    if words == 0 {
+        return Ok(());
+    }
+    to_u32(words, "the word count")?;
+    fits(dst, "the destination", words)?;
+    fits(src, "the source", words)?;
+    const TILE: u64 = 64; // shaders/transpose16.comp
+    let tiles = batch as u64 * (rows as u64).div_ceil(TILE) * (cols as u64).div_ceil(TILE);
+    let groups = super::rows::grid(rec, &super::rows::Tuning::default(), tiles)?;
+    let push = [batch as u32, rows as u32, cols as u32];
+    rec.dispatch(&k.get("transpose16")?, &[Binding::write(dst), Binding::read(src)], &push, groups)
+}
+
 /// For every multi-index `c` over `shape` (rank <= 8; rank 0 is one element):
 /// `dst[dst_offset + Σ c·dst_strides] = src[src_offset + Σ c·src_strides]`, 32-bit elements
 /// copied as bits; offsets and strides count elements. The VM builds COPY/RESHAPE, SLICE,

@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use crate::exec::cpu::reference::{self, MatmulShape, Reduce};
 use crate::exec::vulkan::coopmat2::Coopmat2;
+use crate::exec::vulkan::ops::data;
 use crate::exec::vulkan::{Binding, Buffer, Kernel, Kernels, Recorder, Slice, VulkanError};
 use crate::isa::{Act, DType, Tier};
 
@@ -309,7 +310,7 @@ pub struct Tuning {
 
 /// A grid of at least `groups` workgroups: x up to its cap, then y, then z (each within the
 /// device's limits and 65535). The shaders number the workgroups x fastest and skip the spares.
-fn grid(rec: &Recorder, tuning: &Tuning, groups: u64) -> Result<[u32; 3], VulkanError> {
+pub(crate) fn grid(rec: &Recorder, tuning: &Tuning, groups: u64) -> Result<[u32; 3], VulkanError> {
     let lim = rec.device().info.max_compute_workgroup_count.map(|l| u64::from(l.clamp(1, MAX_GROUPS)));
     let x = groups.clamp(1, lim[0].min(u64::from(tuning.max_groups_x.unwrap_or(u32::MAX)).max(1)));
     let rest = groups.div_ceil(x);
@@ -529,6 +530,7 @@ pub fn matmul_coopmat(
     a: &Slice,
     b: &Slice,
     bias: Option<(&Slice, &[usize])>,
+    restaged: [Option<&Slice>; 2],
 ) -> Result<(), VulkanError> {
     let limits = match k.device().coopmat2() {
         Some(limits) if coopmat_runs(k, operands, act) => limits,
@@ -555,6 +557,31 @@ pub fn matmul_coopmat(
     if plan.out_elems == 0 {
         return Ok(());
     }
+    // Operands restaged into the layout the kernel reads fastest: a as [.., M, K], b as [.., N, K].
+    let want = coopmat_restaging(g);
+    let mut g = g.clone();
+    let (mut a, mut b) = (a, b);
+    for (i, scratch) in restaged.into_iter().enumerate() {
+        let Some(scratch) = scratch else { continue };
+        let Some(bytes) = want[i] else {
+            return Err(invalid(format!("matmul operand {i} needs no restaging (coopmat_restaging)")));
+        };
+        sized("matmul restaging scratch", scratch, bytes)?;
+        let stored = if i == 0 { &mut g.a } else { &mut g.b };
+        let r = stored.len();
+        let batch: usize = stored[..r - 2].iter().product();
+        data::transpose16(k, rec, scratch, if i == 0 { a } else { b }, batch, stored[r - 2], stored[r - 1])?;
+        stored.swap(r - 2, r - 1);
+        if i == 0 {
+            g.ta = false;
+            a = scratch;
+        } else {
+            g.tb = true;
+            b = scratch;
+        }
+    }
+    let g = &g;
+    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
     let act_code = u32::from(act == Act::Relu);
     let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_narrow) << 5);
     let bias_slice = bias.map_or(a, |(s, _)| s);
@@ -571,8 +598,8 @@ pub fn matmul_coopmat(
 /// constants 1 to 4; tm and tn unused) for a matmul of `tiles_of(tile)` output tiles:
 /// `ADEADVM_COOPMAT2_TILE=BMxBNxBK[/UNROLL]` where the device's granularity and largest
 /// dimension allow it (a tuning aid), else [`COOPMAT2_TILE`] where it gives at least
-/// [`COOPMAT2_MIN_TILES`] workgroups (not unrolled), else [`COOPMAT2_SMALL_TILE`] unrolled by 4,
-/// else (neither fits the granularity) the granularity.
+/// [`COOPMAT2_MIN_TILES`] workgroups, else [`COOPMAT2_SMALL_TILE`] (both unrolled by
+/// [`COOPMAT2_UNROLL`]), else (neither fits the granularity) the granularity, rolled.
 fn coopmat2_tile(limits: Coopmat2, tiles_of: impl Fn(GemmTile) -> u64) -> (GemmTile, u32) {
     let fits = |t: &GemmTile| {
         let [gm, gn, gk] = limits.granularity;
@@ -601,28 +628,57 @@ fn coopmat2_tile(limits: Coopmat2, tiles_of: impl Fn(GemmTile) -> u64) -> (GemmT
         return t;
     }
     if fits(&COOPMAT2_TILE) && tiles_of(COOPMAT2_TILE) >= COOPMAT2_MIN_TILES {
-        // Not unrolled: unrolled by 4 it ran at 157 TFLOP/s at 4096^2 (f16, H100, driver 580)
-        // when its pipeline came from the driver's shader cache, but at 34-38 in about half
-        // the processes that compiled it afresh (a machine's first run; the same binary, the
-        // whole process long). Not unrolled it ran at 148-150 either way, in every run.
-        return (COOPMAT2_TILE, 1);
+        return (COOPMAT2_TILE, COOPMAT2_UNROLL);
     }
     if fits(&COOPMAT2_SMALL_TILE) {
-        return (COOPMAT2_SMALL_TILE, 4);
+        return (COOPMAT2_SMALL_TILE, COOPMAT2_UNROLL);
     }
     let [bm, bn, bk] = limits.granularity;
     (GemmTile { bm, bn, bk, tm: 0, tn: 0 }, 1)
 }
 
-/// The tile of shaders/include/coopmat2.glsl for large matmuls (measured: see the sweep in its
-/// header).
-const COOPMAT2_TILE: GemmTile = GemmTile { bm: 256, bn: 128, bk: 64, tm: 0, tn: 0 };
+/// The tile of shaders/include/coopmat2.glsl for large matmuls, with its operands restaged as
+/// [`coopmat_restaging`] says (a [M, K], b [N, K]). Measured on an H200 (driver 580, f16,
+/// TFLOP/s at 4096^2, each a process that compiled its pipeline afresh, the same to 0.5 in
+/// repeats; k chunk / chunks a loop iteration): 128x256 by 64/16 254, 64/8 249, 64/4 228,
+/// 64/2 205, 64/1 185, 32/16 231, 32/4 212, 16/16 153; 128x128 by 64/16 242, 64/8 233; 256x128
+/// by 64/1 172, 64/4 129, 64/8 118, 32/8 221; 64x256 by 64/8 215. At 8192^2: 128x256x64/8 270,
+/// /16 279; at 2048^2 186 and 180.
+const COOPMAT2_TILE: GemmTile = GemmTile { bm: 128, bn: 256, bk: 64, tm: 0, tn: 0 };
+/// Chunks of k a loop iteration of either tile (the unclamped loop; see above and below).
+const COOPMAT2_UNROLL: u32 = 8;
 /// The tile for smaller ones. Measured on an H100 (f16, TFLOP/s, k by 64 unrolled by 4): at
 /// 512^2 256x128 1.5, 128x128 10.2, 128x64 16.1, 64x64 16.9; at 1024^2 35.5, 49.1, 77.0 and
-/// 59.1; at 2048^2 (128 tiles of 256x128) 126.6, 95.7, 109.8 and 66.2.
+/// 59.1; at 2048^2 (128 tiles of 256x128) 126.6, 95.7, 109.8 and 66.2. On an H200 with the
+/// operands restaged, at 1024^2: 128x64 by 4 chunks 89, by 8 94, by 16 93; 64x128 by 8 91;
+/// 128x128 by 8 76; 128x256 by 8 49.
 const COOPMAT2_SMALL_TILE: GemmTile = GemmTile { bm: 128, bn: 64, bk: 64, tm: 0, tn: 0 };
 /// Fewest workgroups of [`COOPMAT2_TILE`] worth taking it (an H100 has 132 multiprocessors).
 const COOPMAT2_MIN_TILES: u64 = 128;
+
+/// The bytes of scratch memory [`matmul_coopmat`] takes to restage each operand (a, b) of `g`
+/// into the layout its kernel reads fastest, k contiguous: a stored `[.., K, M]` (`ta`) and b
+/// stored `[.., K, N]` (not `tb`) are transposed first ([`data::transpose16`]) where both
+/// their axes are even and the other operand's outer dimension is at least
+/// [`COOPMAT2_RESTAGE_MIN`], so that the transpose (one read and one write of the operand)
+/// costs little beside the multiply. Measured on an H200 at 4096^2 (f16, TFLOP/s): b stored
+/// [N, K] 178 against 148 for [K, N]; a stored [K, M] 12-56.
+pub fn coopmat_restaging(g: &MatmulShape) -> [Option<u64>; 2] {
+    let (ra, rb) = (g.a.len(), g.b.len());
+    if ra < 2 || rb < 2 {
+        return [None, None];
+    }
+    let (m, n) = (if g.ta { g.a[ra - 1] } else { g.a[ra - 2] }, if g.tb { g.b[rb - 2] } else { g.b[rb - 1] });
+    let even = |s: &[usize]| s[s.len() - 1].is_multiple_of(2) && s[s.len() - 2].is_multiple_of(2);
+    let bytes = |s: &[usize]| s.iter().map(|&d| d as u64).product::<u64>() * 2;
+    [
+        (g.ta && even(&g.a) && n >= COOPMAT2_RESTAGE_MIN).then(|| bytes(&g.a)),
+        (!g.tb && even(&g.b) && m >= COOPMAT2_RESTAGE_MIN).then(|| bytes(&g.b)),
+    ]
+}
+
+/// See [`coopmat_restaging`].
+pub const COOPMAT2_RESTAGE_MIN: usize = 256;
 
 /// Whether [`matmul_coopmat`] runs `act` on `operands` (f16 or bf16) on `k`'s device (the
 /// device has the cooperative matrices; GELU stays with the f32 kernels).
