@@ -10,7 +10,8 @@ On the GPU machine (the driver and CUDA's nvdisasm are there), from the project 
 
 Each pipeline the driver cached becomes OUT/k<N>_<bytes>.bin (its machine code) and, where
 nvdisasm is found, OUT/k<N>_<bytes>.sass; one summary line a pipeline counts the instructions
-that matter to the GEMM kernels (FFMA, HMMA, shared and global loads, local-memory spills).
+that matter to the GEMM kernels (FFMA, HMMA and HGMMA, shared and global loads, asynchronous
+copies (LDGSTS), local-memory spills).
 <bytes> is the code's size, the "Binary Size" that ADEADVM_VULKAN_PIPELINE_STATS=1 prints when
 the pipeline is built: that names the kernel.
 
@@ -34,7 +35,7 @@ import sys
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 PIPELINE_MAGIC = b"NVDANVVM"
-COUNTED = ["FFMA", "HMMA", "LDS", "LDSM", "STS", "LDG", "STG", "LDL", "STL", "BAR"]
+COUNTED = ["FFMA", "HMMA", "HGMMA", "LDS", "LDSM", "STS", "LDG", "LDGSTS", "DEPBAR", "STG", "LDL", "STL", "BAR"]
 
 
 def decompressor():

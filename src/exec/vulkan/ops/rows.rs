@@ -517,7 +517,9 @@ pub fn matmul_with(
 /// [`matmul`] of 16-bit float operands on workgroup-scope cooperative matrices
 /// (shaders/coopmat2_{f16,bf16}.comp), fast tier: `a` and `b` hold `operands` elements (f16 or
 /// bf16), `dst` the same (`dst_narrow`) or f32, the bias f32. Act none or relu. Only where
-/// [`coopmat_runs`] says so.
+/// [`coopmat_runs`] says so. `restaged[i]`, where given, is scratch of exactly the bytes
+/// [`coopmat_restaging`] asks for operand i (a, b): the operand is transposed there first and
+/// the kernel reads it from there (None: read as stored, slower where restaging is offered).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_coopmat(
     k: &Kernels,
