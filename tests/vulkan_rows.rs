@@ -846,29 +846,32 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
         };
         let to_bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| to_bits(*x).to_le_bytes()).collect() };
         let cases = [
-            (vec![], (128, 128, 64), (false, false), None, Act::None),
-            (vec![], (200, 136, 72), (false, true), Some(vec![136]), Act::Relu),
-            (vec![3], (33, 17, 40), (true, false), Some(vec![33, 1]), Act::None),
-            (vec![2], (130, 257, 29), (true, true), None, Act::Relu),
+            (vec![], (128, 128, 64), (false, false), None, Act::None, true),
+            (vec![], (200, 136, 72), (false, true), Some(vec![136]), Act::Relu, true),
+            (vec![3], (33, 17, 40), (true, false), Some(vec![33, 1]), Act::None, true),
+            (vec![2], (130, 257, 29), (true, true), None, Act::Relu, true),
             // Whole tiles and runs of 8 elements, transposed and batched: loads without clamping.
-            (vec![2], (256, 256, 128), (true, true), Some(vec![256]), Act::None),
-            (vec![], (512, 128, 320), (false, false), None, Act::Relu),
+            (vec![2], (256, 256, 128), (true, true), Some(vec![256]), Act::None, true),
+            (vec![], (512, 128, 320), (false, false), None, Act::Relu, true),
             // Enough output tiles for the large tile (ops::rows' COOPMAT2_MIN_TILES), whole and
             // partial.
-            (vec![16], (256, 1024, 64), (false, true), Some(vec![1024]), Act::None),
-            (vec![16], (250, 1000, 72), (true, false), None, Act::Relu),
+            (vec![16], (256, 1024, 64), (false, true), Some(vec![1024]), Act::None, true),
+            (vec![16], (250, 1000, 72), (true, false), None, Act::Relu, true),
             // Both operands restaged into the kernel's layout (ops::rows::coopmat_restaging),
             // and an odd k that keeps them as stored.
-            (vec![2], (256, 512, 96), (true, false), Some(vec![512]), Act::None),
-            (vec![], (300, 300, 33), (false, false), None, Act::None),
+            (vec![2], (256, 512, 96), (true, false), Some(vec![512]), Act::None, true),
+            (vec![], (300, 300, 33), (false, false), None, Act::None, true),
             // Whole tiles with k long enough for the unrolled loop (COOPMAT2_UNROLL chunks an
             // iteration) and a chunk after it: the small tile, then the large one.
-            (vec![], (512, 512, 1088), (false, false), Some(vec![512]), Act::Relu),
-            (vec![16], (256, 1024, 576), (false, true), None, Act::None),
+            (vec![], (512, 512, 1088), (false, false), Some(vec![512]), Act::Relu, true),
+            (vec![16], (256, 1024, 576), (false, true), None, Act::None, true),
+            // a without the batch axis b has (broadcast), both restaged.
+            (vec![3], (256, 320, 64), (true, false), None, Act::None, false),
         ];
-        for (dims, (m, n, k), (ta, tb), bias_shape, act) in cases {
+        for (dims, (m, n, k), (ta, tb), bias_shape, act, a_batched) in cases {
             let full = vec![true; dims.len()];
-            let g = geometry(&dims, &full, &full, (m, n, k), (ta, tb), false);
+            let a_full = vec![a_batched; dims.len()];
+            let g = geometry(&dims, &a_full, &full, (m, n, k), (ta, tb), !a_batched);
             let count = |s: &[usize]| s.iter().product::<usize>();
             let (a, b) = (narrow(41, count(&g.a)), narrow(42, count(&g.b)));
             // Within the narrow types' range (a larger bias would make 16-bit outputs infinite).
