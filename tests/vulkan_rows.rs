@@ -823,6 +823,71 @@ fn reduce_in_a_long_looped_grid() {
     same_bits("empty-axis mean, one workgroup", &want, &got).unwrap();
 }
 
+/// f16 values in every class: mostly normals of any exponent, a tenth subnormals (products
+/// down to 2^-48, sums that cancel), and a few of ±0, ±65504, ±inf and NaN.
+fn f16_values(seed: u64, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| {
+            let r = mix(seed.wrapping_mul(0x1_0000_0001).wrapping_add(i as u64));
+            let sign = ((r >> 31) as u16) << 15;
+            let bits = match mix(u64::from(r) ^ 0x3333) % 100 {
+                0 => [0x0000, 0x7bff, 0x7c00, 0x7e00, 0x0001][(r as usize >> 4) % 5] | sign,
+                1..=10 => sign | ((r as u16 % 1023) + 1),
+                _ => sign | (((r >> 10) % 30 + 1) as u16) << 10 | (r as u16 & 0x3ff),
+            };
+            half::f16::from_bits(bits).to_f32()
+        })
+        .collect()
+}
+
+/// The strict tier runs MATMUL of f16 values (widened to f32) on the fast (FMA) GEMM kernel
+/// (`rows::gemm_tier`): its bits are the CPU reference's, for every compiled geometry, over
+/// transposes, bias, RELU and k past a dispatch's span (lavapipe: several dispatches). Only a
+/// device that fuses the FMA tells the kernels apart (lavapipe's agree on any values); on an
+/// H200 the same test with general f32 values in `a` failed (61 of 1073 outputs differed).
+#[test]
+fn strict_f16_gemm_on_the_fast_kernel_is_the_cpu_bits() {
+    let Some(ex) = exec() else { return };
+    assert_eq!(rows::gemm_tier(Tier::Strict, DType::F16), Tier::Fast);
+    assert_eq!(rows::gemm_tier(Tier::Strict, DType::Bf16), Tier::Strict);
+    assert_eq!(rows::gemm_tier(Tier::Strict, DType::F32), Tier::Strict);
+    let k = ex.kernels();
+    let cases = [
+        ((37, 29, 300), (false, false), true, Act::None),
+        ((64, 128, 2100), (false, true), false, Act::Relu),
+        ((130, 70, 45), (true, false), true, Act::Relu),
+        ((128, 128, 64), (true, true), false, Act::None),
+    ];
+    for ((m, n, kk), (ta, tb), with_bias, act) in cases {
+        let g = geometry(&[], &[], &[], (m, n, kk), (ta, tb), false);
+        let a = f16_values(61, m * kk);
+        let b = f16_values(62, kk * n);
+        let bias = values(63, n, 20);
+        let bias_shape = [n];
+        let bias_arg = with_bias.then_some((bias.as_slice(), &bias_shape[..]));
+        let mut want = vec![0.0f32; m * n];
+        reference::matmul(&g, &a, &b, bias_arg, act, &mut want);
+        for tile in GemmTile::ALL {
+            let mut rec = Recorder::new(ex.device()).unwrap();
+            if tile.unusable(&rec).is_some() {
+                continue;
+            }
+            let (sa, sb, sbias) =
+                (upload(ex, &mut rec, &a), upload(ex, &mut rec, &b), upload(ex, &mut rec, &bias));
+            let dst = ex.alloc((m * n) as u64 * 4).unwrap();
+            let tuning = Tuning { gemm: Some(tile), ..Tuning::default() };
+            let tier = rows::gemm_tier(Tier::Strict, DType::F16);
+            let bias_slice = with_bias.then_some((&sbias, &bias_shape[..]));
+            rows::matmul_with(k, &mut rec, &g, act, tier, &dst, &sa, &sb, bias_slice, &tuning).unwrap();
+            check(same_bits(
+                &format!("strict f16 {g:?} {act:?} on {tile:?}"),
+                &want,
+                &fetch(ex, &mut rec, &dst),
+            ));
+        }
+    }
+}
+
 /// The fast tier's f16 and bf16 GEMMs on cooperative matrices (only where the device has them):
 /// over transposes, broadcast batches, bias, RELU, aligned and unaligned shapes and both output
 /// types, every output within the rounding of f32 sums (plus the 16-bit output's own rounding)

@@ -932,9 +932,11 @@ impl Vm {
                     Some(t) => Some((self.src_f32(p, f, t, dst, false)?, shape(f, t))),
                     None => None,
                 };
+                // f16 operands: the fast kernel is the strict one's bits (rows::gemm_tier says why).
+                let tier = if dt(b) == operands { rows::gemm_tier(p.tier, operands) } else { p.tier };
                 self.with_dst_f32(f, p, dst, |g, d| {
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
-                    rows::matmul(g.exec.kernels(), &mut g.rec, &gs, act, p.tier, d, &va, &vb, bias)
+                    rows::matmul(g.exec.kernels(), &mut g.rec, &gs, act, tier, d, &va, &vb, bias)
                 })?;
             }
             Insn::Softmax { dst, x, mask, scale } => {
