@@ -340,3 +340,73 @@ fn strict_without_caller_ftz() {
         assert!(bits(&got) == bits(&want), "{:?}: {:?}", ctx.level, first_diff(&got, &want));
     }
 }
+
+/// f16 values of every class (widened), from `data`'s generator: normals of any exponent,
+/// subnormals, ±0, ±65504, ±inf and NaN.
+fn f16_data(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let r = (s >> 32) as u32;
+            let sign = ((r >> 31) as u16) << 15;
+            let bits = match (r >> 20) % 128 {
+                0 => [0x0000, 0x7bff, 0x7c00, 0x7e01][(r as usize) % 4] | sign,
+                1..=12 => sign | ((r as u16 % 1023) + 1),
+                _ => sign | ((((r >> 10) % 30 + 1) as u16) << 10) | (r as u16 & 0x3ff),
+            };
+            nx::f16_bits_to_f32(bits)
+        })
+        .collect()
+}
+
+/// The strict tier's MATMUL of f16 values runs the FMA kernel (numerics::fma_chain_is_dot) and
+/// still gives the reference's bits in every context, transposed or not, with bias and RELU;
+/// a control labelling general f32 values as f16 differs where the kernel really fuses.
+#[test]
+fn strict_f16_matmul_on_the_fma_kernel_is_the_reference() {
+    use adeadvm::exec::cpu::matmul;
+    use adeadvm::isa::DType;
+    for ((m, n, k), (ta, tb), relu) in
+        [((70, 50, 300), (false, false), false), ((13, 33, 129), (true, true), true)]
+    {
+        let g = MatmulShape {
+            a: if ta { vec![k, m] } else { vec![m, k] },
+            b: if tb { vec![n, k] } else { vec![k, n] },
+            out: vec![m, n],
+            ta,
+            tb,
+        };
+        let act = if relu { Act::Relu } else { Act::None };
+        let bias = data(n, 9);
+        let bias_shape = [n];
+        let (a, b) = (f16_data(m * k, 1), f16_data(k * n, 2));
+        let mut want = vec![0.0f32; m * n];
+        reference::matmul(&g, &a, &b, Some((&bias, &bias_shape)), act, &mut want);
+        for ctx in contexts(Tier::Strict) {
+            let mut got = vec![f32::from_bits(0x7fbd_dead); m * n];
+            matmul(&ctx, &g, DType::F16, &a, &b, Some((&bias, &bias_shape)), act, &mut got);
+            assert!(
+                bits(&got) == bits(&want),
+                "{g:?} at {:?} on {} threads: first difference {:?}",
+                ctx.level,
+                ctx.threads(),
+                first_diff(&got, &want)
+            );
+        }
+        // Control: the same path on general f32 values is the fast tier's, not the reference.
+        let (a, b) = (data(m * k, 3), data(k * n, 4));
+        reference::matmul(&g, &a, &b, None, Act::None, &mut want);
+        for ctx in contexts(Tier::Strict).into_iter().filter(|c| c.level >= SimdLevel::Avx2) {
+            let mut got = vec![0.0f32; m * n];
+            matmul(&ctx, &g, DType::F16, &a, &b, None, Act::None, &mut got);
+            assert!(
+                bits(&got) != bits(&want),
+                "{g:?} at {:?}: the control agreed with the reference",
+                ctx.level
+            );
+        }
+    }
+}

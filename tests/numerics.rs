@@ -393,6 +393,57 @@ fn dot_is_sequential() {
     assert_eq!(nm::dot(&[], &[]).to_bits(), 0);
 }
 
+/// f16 values of every class (widened): normals of any exponent, subnormals, ±0, ±65504,
+/// ±inf and NaN.
+fn f16_value(rng: &mut Rng) -> f32 {
+    let r = rng.next();
+    let sign = ((r >> 31) as u16) << 15;
+    let bits = match (r >> 20) % 64 {
+        0 => [0x0000, 0x7bff, 0x7c00, 0x7e01, 0x0001][(r as usize) % 5] | sign,
+        1..=8 => sign | ((r as u16 % 1023) + 1),
+        _ => sign | ((((r >> 10) % 30 + 1) as u16) << 10) | (r as u16 & 0x3ff),
+    };
+    nm::f16_bits_to_f32(bits)
+}
+
+/// numerics::fma_chain_is_dot: for f16 values a fused multiply-add chain (Rust's mul_add,
+/// one rounding) then canon gives exactly dot's bits, on chains that cancel to tiny sums,
+/// reach inf and NaN; for f32 values it does not (the check would notice a wrong rule).
+#[test]
+fn fma_chains_of_f16_values_are_dot() {
+    assert!(nm::fma_chain_is_dot(adeadvm::isa::DType::F16));
+    for d in [adeadvm::isa::DType::Bf16, adeadvm::isa::DType::F32] {
+        assert!(!nm::fma_chain_is_dot(d), "{d:?}");
+    }
+    let chain =
+        |a: &[f32], b: &[f32]| nm::canon(a.iter().zip(b).fold(0.0f32, |acc, (&x, &y)| x.mul_add(y, acc)));
+    let mut rng = Rng(29);
+    let mut specials = 0;
+    for len in (0..400).map(|i| 1 + i * 7) {
+        // Mostly finite runs (a special value ends a chain's information), a few with specials.
+        let finite = len % 3 != 0;
+        let mut draw = || loop {
+            let v = f16_value(&mut rng);
+            if !finite || v.is_finite() {
+                return v;
+            }
+        };
+        let a: Vec<f32> = (0..len).map(|_| draw()).collect();
+        let b: Vec<f32> = (0..len).map(|_| draw()).collect();
+        let (want, got) = (nm::dot(&a, &b), chain(&a, &b));
+        specials += usize::from(!want.is_finite());
+        assert_eq!(got.to_bits(), want.to_bits(), "length {len}: fma chain {got:e}, dot {want:e}");
+    }
+    assert!(specials > 0, "no chain reached inf or NaN");
+    // Control: general f32 values round their products, and the chains differ somewhere.
+    let differ = (0..200).any(|_| {
+        let a: Vec<f32> = (0..64).map(|_| rng.normalish()).collect();
+        let b: Vec<f32> = (0..64).map(|_| rng.normalish()).collect();
+        chain(&a, &b).to_bits() != nm::dot(&a, &b).to_bits()
+    });
+    assert!(differ, "f32 chains all agreed: the check cannot tell fused from unfused");
+}
+
 #[test]
 fn row_kernels() {
     let mut rng = Rng(5);

@@ -35,5 +35,7 @@ pub use convert::{
 };
 pub use div::{div, recip, rsqrt, sqrt};
 pub use ops::{add, canon, ftz, max, min, mul, sub, CANONICAL_NAN};
-pub use reduce::{dot, layernorm_row, max_reduce, mean, rmsnorm_row, softmax_row, sum, REDUCE_LANES};
+pub use reduce::{
+    dot, fma_chain_is_dot, layernorm_row, max_reduce, mean, rmsnorm_row, softmax_row, sum, REDUCE_LANES,
+};
 pub use transcendental::{erf, exp, gelu, log, sigmoid, tanh};

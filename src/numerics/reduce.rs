@@ -4,6 +4,7 @@
 use super::div::{div, recip, rsqrt};
 use super::ops::{add, max, mul, sub};
 use super::transcendental::exp;
+use crate::isa::DType;
 
 /// Lanes of the one reduction tree (a 256-thread workgroup; 16 lanes x 16 accumulators on a CPU).
 pub const REDUCE_LANES: usize = 256;
@@ -64,6 +65,24 @@ pub fn max_reduce(xs: &[f32]) -> f32 {
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot: length mismatch");
     a.iter().zip(b).fold(0.0, |acc, (&x, &y)| add(acc, mul(x, y)))
+}
+
+/// Whether a fused multiply-add chain in [`dot`]'s order (`acc = +0; acc = fma(a[k], b[k], acc)`,
+/// k ascending), its result then [`canon`]icalized, gives exactly [`dot`]'s bits for operands
+/// that are all values of `dtype` widened to f32. True for f16 only; the GEMMs use it to run
+/// the strict tier's f16 MATMUL on their FMA kernels.
+///
+/// Why: every f16 value is an integer multiple of 2^-24 of magnitude at most 65504, so the
+/// product of two has at most 22 significant bits and a magnitude of 0 or 2^-48 to 2^32 (or is
+/// inf or NaN): it is exact in f32, so `fma(a, b, acc)` = round(acc + a·b) = `add(acc, mul(a,
+/// b))` (and a device that does not fuse computes the same). Every partial sum is a multiple
+/// of 2^-48 (an exact sum of such, or a rounding to an f32 ulp of at least 2^-47), so none is
+/// ever denormal and the strict flush never fires; fewer than 2^90 products cannot overflow.
+/// Only a NaN's payload can differ, which `canon` fixes. bf16 and f32 values reach f32's
+/// whole exponent range (and f32 has 24 significant bits): their products round, underflow and
+/// overflow.
+pub fn fma_chain_is_dot(dtype: DType) -> bool {
+    dtype == DType::F16
 }
 
 /// `n` as f32 for a row length: exact up to 2^24; beyond, round-to-nearest-even (the verifier

@@ -120,7 +120,8 @@ fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<
             let g =
                 MatmulShape { a: shape(a).to_vec(), b: shape(b).to_vec(), out: shape(dst).to_vec(), ta, tb };
             let bias = ins[2].zip(bias.map(shape));
-            cpu::matmul(ctx, &g, x, ins[1].unwrap_or_default(), bias, act, out);
+            // Batches take f32 tensors only (`member`).
+            cpu::matmul(ctx, &g, DType::F32, x, ins[1].unwrap_or_default(), bias, act, out);
         }
         Insn::Add { dst, a, b }
         | Insn::Sub { dst, a, b }

@@ -114,16 +114,22 @@ use reference::{for_each_broadcast, MatmulShape, Unary};
 
 /// MATMUL on the CPU: `gemm` for each (broadcast) batch, then the epilogue in the reference's
 /// order: `acc = add(acc, bias)`, then the activation. Gives `reference::matmul`'s bits in the
-/// strict tier at every SIMD level and thread count.
+/// strict tier at every SIMD level and thread count. `operands` is the type whose values `a`
+/// and `b` both hold (widened): for f16 the strict tier takes the FMA kernel, whose chains
+/// give the strict bits there once canonicalized (`numerics::fma_chain_is_dot`).
+#[allow(clippy::too_many_arguments)]
 pub fn matmul(
     ctx: &Ctx,
     g: &MatmulShape,
+    operands: crate::isa::DType,
     a: &[f32],
     b: &[f32],
     bias: Option<(&[f32], &[usize])>,
     act: Act,
     out: &mut [f32],
 ) {
+    let exact = ctx.tier == Tier::Strict && crate::numerics::fma_chain_is_dot(operands);
+    let gemm_ctx = if exact { Ctx { tier: Tier::Fast, ..*ctx } } else { *ctx };
     let r = g.out.len();
     let (m, n) = (g.out[r - 2], g.out[r - 1]);
     let k = if g.ta { g.a[g.a.len() - 2] } else { g.a[g.a.len() - 1] };
@@ -135,7 +141,7 @@ pub fn matmul(
     for_each_broadcast(&g.out[..r - 2], [a_batch, b_batch], |_, [ab, bb]| {
         let c = &mut out[batch * m * n..(batch + 1) * m * n];
         gemm::gemm(
-            ctx,
+            &gemm_ctx,
             m,
             n,
             k,
@@ -149,6 +155,10 @@ pub fn matmul(
         );
         batch += 1;
     });
+    if exact {
+        // What the strict kernel does as it stores its chains' ends.
+        out.iter_mut().for_each(|v| *v = crate::numerics::canon(*v));
+    }
     if let Some((bv, bs)) = bias {
         if bs == [n] && n > 0 {
             for row in out.chunks_exact_mut(n) {
