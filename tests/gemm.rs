@@ -153,17 +153,21 @@ fn check_strict(m: usize, n: usize, k: usize, la: Layout, lb: Layout, a: &[f32],
     }
 }
 
-/// Deterministic pseudo-random data (xorshift), for the large fixed-shape tests.
-fn data(len: usize, seed: u64) -> Vec<f32> {
+/// A deterministic xorshift stream from `seed`.
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    }
+}
+
+/// Deterministic pseudo-random data, for the large fixed-shape tests.
+fn data(len: usize, seed: u64) -> Vec<f32> {
+    let mut next = xorshift(seed);
+    (0..len).map(|_| ((next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0).collect()
 }
 
 fn problem() -> impl Strategy<Value = (usize, usize, usize, Layout, Layout, Vec<f32>, Vec<f32>)> {
@@ -263,6 +267,17 @@ fn fast_large_thread_invariant() {
     }
 }
 
+/// The MATMUL geometry of op(a) [m, k] times op(b) [k, n], stored transposed as `ta`/`tb` say.
+fn matmul_shape(m: usize, n: usize, k: usize, ta: bool, tb: bool) -> MatmulShape {
+    MatmulShape {
+        a: if ta { vec![k, m] } else { vec![m, k] },
+        b: if tb { vec![n, k] } else { vec![k, n] },
+        out: vec![m, n],
+        ta,
+        tb,
+    }
+}
+
 /// The VM's reference matmul (with transposed operands) agrees with the AVX2 strict kernel.
 #[test]
 fn strict_matches_reference_matmul() {
@@ -270,13 +285,7 @@ fn strict_matches_reference_matmul() {
     let (m, n, k) = (37, 45, 300);
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         let (a, b) = (data(m * k, 11), data(k * n, 12));
-        let g = MatmulShape {
-            a: if ta { vec![k, m] } else { vec![m, k] },
-            b: if tb { vec![n, k] } else { vec![k, n] },
-            out: vec![m, n],
-            ta,
-            tb,
-        };
+        let g = matmul_shape(m, n, k, ta, tb);
         let mut want = vec![0.0f32; m * n];
         reference::matmul(&g, &a, &b, None, Act::None, &mut want);
         let (a_rs, a_cs) = if ta { (1, m) } else { (k, 1) };
@@ -344,13 +353,10 @@ fn strict_without_caller_ftz() {
 /// f16 values of every class (widened), from `data`'s generator: normals of any exponent,
 /// subnormals, ±0, ±65504, ±inf and NaN.
 fn f16_data(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = xorshift(seed);
     (0..len)
         .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let r = (s >> 32) as u32;
+            let r = (next() >> 32) as u32;
             let sign = ((r >> 31) as u16) << 15;
             let bits = match (r >> 20) % 128 {
                 0 => [0x0000, 0x7bff, 0x7c00, 0x7e01][(r as usize) % 4] | sign,
@@ -372,13 +378,7 @@ fn strict_f16_matmul_on_the_fma_kernel_is_the_reference() {
     for ((m, n, k), (ta, tb), relu) in
         [((70, 50, 300), (false, false), false), ((13, 33, 129), (true, true), true)]
     {
-        let g = MatmulShape {
-            a: if ta { vec![k, m] } else { vec![m, k] },
-            b: if tb { vec![n, k] } else { vec![k, n] },
-            out: vec![m, n],
-            ta,
-            tb,
-        };
+        let g = matmul_shape(m, n, k, ta, tb);
         let act = if relu { Act::Relu } else { Act::None };
         let bias = data(n, 9);
         let bias_shape = [n];
