@@ -776,8 +776,7 @@ impl Vm {
                     (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
                 let bias_shape = bias.map(|t| f.shapes[t.0 as usize].clone());
                 let ctx = f.ctx();
-                let dtype = |t: TensorId| p.tensors[t.0 as usize].dtype;
-                let operands = if dtype(a) == dtype(b) { dtype(a) } else { DType::F32 };
+                let operands = if dt(a) == dt(b) { dt(a) } else { DType::F32 };
                 self.float_op(p, f, dst, &[Some(a), Some(b), bias], |out, ins| {
                     let bias = ins[2].zip(bias_shape.as_deref());
                     cpu::matmul(

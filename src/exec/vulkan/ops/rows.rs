@@ -555,7 +555,27 @@ pub fn matmul_coopmat(
             )))
         }
     };
-    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
+    // Operands restaged into the layout the kernel reads fastest (a as [.., M, K], b as
+    // [.., N, K]): the geometry the kernel runs, with the same element counts as `g`.
+    let want = coopmat_restaging(g);
+    let mut run = g.clone();
+    for (i, scratch) in restaged.iter().enumerate() {
+        if scratch.is_none() {
+            continue;
+        }
+        if want[i].is_none() {
+            return Err(invalid(format!("matmul operand {i} needs no restaging (coopmat_restaging)")));
+        }
+        let stored = if i == 0 { &mut run.a } else { &mut run.b };
+        let r = stored.len();
+        stored.swap(r - 2, r - 1);
+        if i == 0 {
+            run.ta = false;
+        } else {
+            run.tb = true;
+        }
+    }
+    let plan = MatmulPlan::new(&run, bias.map(|(_, s)| s))?;
     let sized = |what: &str, s: &Slice, bytes: u64| {
         if s.len == bytes {
             Ok(())
@@ -569,34 +589,25 @@ pub fn matmul_coopmat(
     if let Some((s, _)) = bias {
         check_len("matmul bias", s, plan.bias_elems)?;
     }
+    for (scratch, bytes) in restaged.iter().zip(want) {
+        if let (Some(s), Some(bytes)) = (scratch, bytes) {
+            sized("matmul restaging scratch", s, bytes)?;
+        }
+    }
     if plan.out_elems == 0 {
         return Ok(());
     }
-    // Operands restaged into the layout the kernel reads fastest: a as [.., M, K], b as [.., N, K].
-    let want = coopmat_restaging(g);
-    let mut g = g.clone();
     let (mut a, mut b) = (a, b);
     for (i, scratch) in restaged.into_iter().enumerate() {
         let Some(scratch) = scratch else { continue };
-        let Some(bytes) = want[i] else {
-            return Err(invalid(format!("matmul operand {i} needs no restaging (coopmat_restaging)")));
-        };
-        sized("matmul restaging scratch", scratch, bytes)?;
-        let stored = if i == 0 { &mut g.a } else { &mut g.b };
+        let stored = if i == 0 { &g.a } else { &g.b };
         let r = stored.len();
         let batch: usize = stored[..r - 2].iter().product();
-        data::transpose16(k, rec, scratch, if i == 0 { a } else { b }, batch, stored[r - 2], stored[r - 1])?;
-        stored.swap(r - 2, r - 1);
-        if i == 0 {
-            g.ta = false;
-            a = scratch;
-        } else {
-            g.tb = true;
-            b = scratch;
-        }
+        let operand = if i == 0 { &mut a } else { &mut b };
+        data::transpose16(k, rec, scratch, operand, batch, stored[r - 2], stored[r - 1])?;
+        *operand = scratch;
     }
-    let g = &g;
-    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
+    let g = &run;
     let act_code = u32::from(act == Act::Relu);
     let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_narrow) << 5);
     let bias_slice = bias.map_or(a, |(s, _)| s);
