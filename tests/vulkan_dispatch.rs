@@ -212,6 +212,28 @@ fn rerun_program(steps: usize) -> String {
     s
 }
 
+/// FREE of a tensor the GPU wrote ends it without bringing it back: a short program that frees
+/// its temporaries mid-run gives the CPU's outputs in one submission (the flush at the end),
+/// where a download per FREE would flush the batch at each.
+#[test]
+fn free_of_a_device_tensor_costs_no_download() {
+    let Some(_) = exec() else { return };
+    let p = build(
+        ".input %x f32[4096]\n.output y f32[4096]\n\
+         ALLOC %t: f32[4096]\nADD %t, %x, %x\nALLOC %u: f32[4096]\nMUL %u, %t, %t\nFREE %t\n\
+         ALLOC %v: f32[4096]\nADD %v, %u, %x\nFREE %u\nEXP %v, %v\nSTORE y, %v\nFREE %v\n",
+    );
+    let x = f32s(&[4096], &Rng(7).vec(4096, -1.0, 1.0));
+    let want = run_with(&p, &[("x", x.clone())], cpu_config()).unwrap();
+    let mut vm = Vm::new(p, gpu_config()).unwrap();
+    vm.set_input("x", x).unwrap();
+    for run in 0..2 {
+        let stats = vm.run().unwrap();
+        assert!(want["y"].bytes() == vm.output("y").unwrap().bytes(), "run {run}: y differs from the CPU");
+        assert_eq!(stats.gpu_submissions, 1, "run {run}: submissions");
+    }
+}
+
 /// Runs of one VM with new inputs each time: every run gives the CPU's bits, and from the third
 /// run on (the first also uploads the constants, which shifts its sub-batches) every sub-batch
 /// is submitted from the command buffer the previous run encoded, where the device has push
