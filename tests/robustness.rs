@@ -209,6 +209,37 @@ fn a_spirv_kernel_asking_for_more_than_the_device_allows_is_refused_at_load() {
     );
 }
 
+/// A kernel whose SPIR-V declares a capability that needs a device feature adeadvm does not
+/// enable (Int64: 64-bit integers, never enabled) is refused when the session opens the device,
+/// by name, rather than failing in the driver's pipeline compiler mid-run.
+#[test]
+fn a_spirv_kernel_needing_a_feature_the_device_lacks_is_refused_at_load() {
+    if !vulkan() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(root().join("programs/kernel/scale.spv")).unwrap();
+    // OpCapability Int64 (opcode 17, two words; Int64 is capability 11) before the first
+    // instruction, where the module's capabilities are.
+    let mut patched = bytes[..20].to_vec();
+    patched.extend([(2u32 << 16 | 17).to_le_bytes(), 11u32.to_le_bytes()].concat());
+    patched.extend(&bytes[20..]);
+    std::fs::write(dir.path().join("i64.spv"), patched).unwrap();
+    let source = ".tier fast\n.input %x f32[64]\n.tensor %y f32[64]\n.output y f32[64]\n.spirv scale = file(\"i64.spv\")\n\
+         .kernel k = scale \"main\" bindings(%x, %y) push(f32 2.0, u32 64) groups(1, 1, 1)\n\
+         ALLOC %y\nKERNEL k\nGPU_SYNC\nSTORE y, %y\nFREE %y\n";
+    let options = adeadvm::asm::AsmOptions { defines: Vec::new(), base_dir: dir.path().to_path_buf() };
+    let program = Program::from_asm_with(source, "i64.s", &options).unwrap();
+    let config = Config { backend: Backend::Vulkan, ..Config::default() };
+    let err = Session::new(&program, &config).err().unwrap().to_string();
+    assert!(
+        err.starts_with(
+            "kernel k: its SPIR-V declares capability Int64, whose device feature adeadvm does not enable"
+        ),
+        "{err}"
+    );
+}
+
 // ---- faults ----------------------------------------------------------------------------
 
 #[test]

@@ -380,6 +380,14 @@ fn strict_shaders_never_contract() {
                             i.class.opcode
                         );
                     }
+                    // NVIDIA's driver (580, H200) unrolls a loop marked Unroll and leaves
+                    // NoContraction on the first copy only: `precise` x * a + b in such a loop
+                    // ran as FFMA (its SASS, scripts/nvidia-sass.py). Strict loops stay unmarked.
+                    if i.class.opcode == Op::LoopMerge {
+                        let unroll = matches!(i.operands.get(2),
+                            Some(Operand::LoopControl(c)) if c.contains(rspirv::spirv::LoopControl::UNROLL));
+                        assert!(!unroll, "{name}: a strict shader asks the driver to unroll a loop");
+                    }
                     let float_ext = i.class.opcode == Op::ExtInst
                         && !i.result_type.is_some_and(|t| int_types.contains(&t));
                     assert!(

@@ -92,6 +92,9 @@ pub struct KernelInfo {
     pub local_size: [u32; 3],
     /// Size of the push-constant block in bytes (equal to the dispatch's push bytes).
     pub push_bytes: u32,
+    /// The SPIR-V capabilities the module declares (OpCapability), in its order: a device
+    /// must have enabled the features some of them need (checked when a VM takes the device).
+    pub capabilities: Vec<rspirv::spirv::Capability>,
 }
 
 /// A program that passed [`verify`]. Executors take this, not raw bytes, and re-check nothing

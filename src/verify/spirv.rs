@@ -176,7 +176,15 @@ pub fn check_module(
             "the shader's push-constant block is {push_bytes} bytes, but the dispatch gives {push_len} bytes of push constants"
         ));
     }
-    Ok(KernelInfo { written, local_size, push_bytes: push_bytes as u32 })
+    let capabilities = module
+        .capabilities
+        .iter()
+        .filter_map(|c| match c.operands.first() {
+            Some(Operand::Capability(c)) => Some(*c),
+            _ => None,
+        })
+        .collect();
+    Ok(KernelInfo { written, local_size, push_bytes: push_bytes as u32, capabilities })
 }
 
 struct Facts<'a> {

@@ -177,8 +177,9 @@ impl Gpu {
     }
 
     /// Refuses, when the VM is made, a user kernel that asks for more than the device allows
-    /// (workgroup size and invocations, workgroup counts, push-constant bytes, bindings):
-    /// building its pipeline or dispatching it would fail, or worse, mid-run.
+    /// (workgroup size and invocations, workgroup counts, push-constant bytes, bindings, SPIR-V
+    /// capabilities whose features are off): building its pipeline or dispatching it would
+    /// fail, or worse, mid-run.
     pub(super) fn check_kernel_limits(&self, v: &VerifiedProgram) -> Result<(), VmError> {
         let d = self.exec.device().info();
         for (decl, k) in v.program().kernels.iter().zip(v.kernels()) {
@@ -210,7 +211,15 @@ impl Gpu {
                     d.max_storage_buffers
                 ))
             } else {
-                None
+                let missing =
+                    k.capabilities.iter().find(|&&c| self.exec.device().capability_enabled(c) == Some(false));
+                missing.map(|c| {
+                    format!(
+                        "its SPIR-V declares capability {c:?}, whose device feature adeadvm does not enable on this device \
+                         (16-bit floats and storage, the Vulkan memory model and cooperative matrices are enabled only \
+                         where adeadvm uses the device's tensor cores, as `adeadvm info` says; 64-bit and 8-bit types never)"
+                    )
+                })
             };
             if let Some(what) = what {
                 return Err(VmError::KernelLimit { kernel: decl.name.clone(), what, device: d.name.clone() });

@@ -505,6 +505,50 @@ impl Device {
         self.info.coopmat
     }
 
+    /// Whether a shader may declare SPIR-V capability `c` on this device, as adeadvm opened it:
+    /// `Some(false)` for a capability whose device feature (or extension) was not enabled, so
+    /// that a pipeline using it is invalid (drivers fail such a pipeline with an unhelpful
+    /// error, or worse); `Some(true)` for one enabled; `None` for one no feature gates here
+    /// (core compute capabilities such as Shader or GroupNonUniform*: the driver decides).
+    /// Float16, 16-bit storage, the Vulkan memory model and the cooperative matrices come on
+    /// with the tensor-core path (`info().coopmat`), bf16 with its bf16 build; the 64-bit,
+    /// 8-bit and small-integer features never.
+    pub fn capability_enabled(&self, c: rspirv::spirv::Capability) -> Option<bool> {
+        use rspirv::spirv::Capability as C;
+        let coopmat = self.info.coopmat;
+        match c {
+            C::Float16
+            | C::StorageBuffer16BitAccess
+            | C::VulkanMemoryModel
+            | C::CooperativeMatrixKHR
+            | C::CooperativeMatrixPerElementOperationsNV
+            | C::CooperativeMatrixTensorAddressingNV
+            | C::TensorAddressingNV => Some(coopmat.is_some()),
+            C::BFloat16TypeKHR | C::BFloat16CooperativeMatrixKHR => Some(coopmat.is_some_and(|c| c.bf16)),
+            C::Float64
+            | C::Int64
+            | C::Int64Atomics
+            | C::Int16
+            | C::Int8
+            | C::StorageBuffer8BitAccess
+            | C::UniformAndStorageBuffer8BitAccess
+            | C::StoragePushConstant8
+            | C::UniformAndStorageBuffer16BitAccess
+            | C::StoragePushConstant16
+            | C::VulkanMemoryModelDeviceScope
+            | C::CooperativeMatrixNV
+            | C::CooperativeMatrixReductionsNV
+            | C::CooperativeMatrixBlockLoadsNV
+            | C::VariablePointers
+            | C::VariablePointersStorageBuffer
+            | C::AtomicFloat32AddEXT
+            | C::AtomicFloat16AddEXT
+            | C::AtomicFloat64AddEXT
+            | C::ShaderClockKHR => Some(false),
+            _ => None,
+        }
+    }
+
     /// Whether dispatches push their bindings (VK_KHR_push_descriptor) rather than allocate
     /// descriptor sets.
     pub fn uses_push_descriptors(&self) -> bool {
