@@ -21,13 +21,28 @@ starting with b"NVDANVVM" is a pipeline, with the code's size and offset as litt
 at 0x4c and 0x50, the code starting 8 bytes after that offset. nvdisasm reads it raw
 (`-b SM90`; --arch for another GPU).
 
-Needs zstd: the `zstandard` module or the `zstd` program. Exit status: 0 pipelines written;
-1 none found; 2 bad arguments or no zstd.
+--stats LOG names each pipeline from the lines ADEADVM_VULKAN_PIPELINE_STATS=1 wrote to LOG
+("adeadvm: pipeline NAME [SPEC] (TIER): ... Binary Size=N", matched by size) and checks the
+strict tier at the level of machine code: a built-in strict pipeline must hold no fused
+multiply-add (FFMA, DFMA), since its `precise` products and sums are separate roundings. (The
+driver does fuse NoContraction operations it copies when it unrolls a loop marked [[unroll]]:
+seen with driver 580, which is why strict shaders carry no such loop; tests/vulkan.rs checks
+the SPIR-V for it.) For example, every strict opcode's pipelines:
+
+    __GL_SHADER_DISK_CACHE=1 __GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1 __GL_SHADER_DISK_CACHE_PATH=$d \
+        ADEADVM_VULKAN_PIPELINE_STATS=1 ADEADVM_REQUIRE_VULKAN=1 \
+        $(the vulkan_vm test executable) --nocapture every_opcode 2> stats.log
+    python3 scripts/nvidia-sass.py $d $OUT/sass --stats stats.log
+
+Needs zstd: the `zstandard` module or the `zstd` program. Exit status: 0 pipelines written
+(and, with --stats, no strict pipeline fused); 1 none found, or a strict pipeline holds a
+fused multiply-add; 2 bad arguments or no zstd.
 """
 
 import argparse
 import glob
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -35,6 +50,10 @@ import sys
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 PIPELINE_MAGIC = b"NVDANVVM"
+# Fused multiply-adds, which no strict pipeline may hold (HFMA2.MMA with zero operands is the
+# compiler's register-move idiom, not arithmetic, and strict shaders do no f16 arithmetic).
+FUSED = ["FFMA", "DFMA"]
+STATS_LINE = re.compile(r"adeadvm: pipeline (\S+) (\[[^\]]*\]) \((\w+)\):.*Binary Size=(\d+)")
 COUNTED = ["FFMA", "HMMA", "HGMMA", "LDS", "LDSM", "STS", "LDG", "LDGSTS", "DEPBAR", "STG", "LDL", "STL", "BAR"]
 
 
@@ -91,7 +110,23 @@ def main():
     ap.add_argument("cache", help="the __GL_SHADER_DISK_CACHE_PATH folder of the run")
     ap.add_argument("out", help="folder for the code and its disassembly (made if missing)")
     ap.add_argument("--arch", default="SM90", help="nvdisasm's -b argument (default SM90: H100, H200)")
+    ap.add_argument("--stats", metavar="LOG", help="name the pipelines from ADEADVM_VULKAN_PIPELINE_STATS output; check the strict ones")
     args = ap.parse_args()
+    # Binary size -> the pipelines of that size: "name [spec] (tier)".
+    named = {}
+    if args.stats:
+        try:
+            with open(args.stats, errors="replace") as f:
+                for m in STATS_LINE.finditer(f.read()):
+                    label = f"{m.group(1)} {m.group(2)} ({m.group(3)})"
+                    named.setdefault(int(m.group(4)), set()).add(label)
+        except OSError as e:
+            sys.stderr.write(f"nvidia-sass: cannot read {args.stats}: {e}\n")
+            return 2
+        if not named:
+            sys.stderr.write(f"nvidia-sass: no pipeline lines in {args.stats} (was ADEADVM_VULKAN_PIPELINE_STATS=1 set?)\n")
+            return 2
+    fused_strict = []
     if not os.path.isdir(args.cache):
         sys.stderr.write(f"nvidia-sass: {args.cache} is not a folder\n")
         return 2
@@ -128,11 +163,24 @@ def main():
                     names = [o[1] if o and o[0].startswith("@") and len(o) > 1 else (o[0] if o else "") for o in ops]
                     counts = {k: sum(1 for n in names if n == k or n.startswith(k + ".")) for k in COUNTED}
                     summary += "; " + " ".join(f"{k} {v}" for k, v in counts.items() if v)
+                    fused = sum(1 for n in names if any(n == k or n.startswith(k + ".") or n.startswith(k + "32I") for k in FUSED))
+                    labels = sorted(named.get(len(code), ()))
+                    if labels:
+                        summary += " <- " + ", ".join(labels)
+                    # A size shared with a strict pipeline counts as strict (the check errs on
+                    # the side of reporting).
+                    if fused and any(l.endswith("(strict)") for l in labels):
+                        fused_strict.append(f"{base}.sass ({', '.join(labels)}): {fused} fused multiply-adds")
             print(summary)
             found += 1
     if found == 0:
         sys.stderr.write(f"nvidia-sass: no cached pipelines under {args.cache} (was __GL_SHADER_DISK_CACHE=1 set?)\n")
         return 1
+    if args.stats:
+        if fused_strict:
+            sys.stderr.write("nvidia-sass: strict pipelines with fused multiply-adds:\n  " + "\n  ".join(fused_strict) + "\n")
+            return 1
+        print(f"nvidia-sass: no strict pipeline holds a fused multiply-add ({len(named)} pipeline sizes named)")
     return 0
 
 

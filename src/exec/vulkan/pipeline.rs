@@ -46,18 +46,19 @@ impl Kernel {
         words: &[u32],
         entry: &str,
     ) -> Result<Kernel, VulkanError> {
-        Kernel::build(dev, name, words, entry, &[])
+        Kernel::build(dev, name, words, entry, &[], false)
     }
 
-    /// Builds the pipeline for entry point `main` of `words` with specialization constant `i`
-    /// (a 32-bit value: uint, int, float bits or a bool as 0/1) set to `spec[i]`.
+    /// Builds the pipeline of built-in kernel `name` (shaders/`name`.comp, entry point `main`)
+    /// from `words` with specialization constant `i` (a 32-bit value: uint, int, float bits or
+    /// a bool as 0/1) set to `spec[i]`.
     pub fn specialized(
         dev: &Arc<Device>,
         name: &str,
         words: &[u32],
         spec: &[u32],
     ) -> Result<Kernel, VulkanError> {
-        Kernel::build(dev, name, words, "main", spec)
+        Kernel::build(dev, name, words, "main", spec, true)
     }
 
     fn build(
@@ -66,6 +67,7 @@ impl Kernel {
         words: &[u32],
         entry: &str,
         spec: &[u32],
+        built_in: bool,
     ) -> Result<Kernel, VulkanError> {
         let fail = |reason: String| VulkanError::PipelineCreation { kernel: name.to_string(), reason };
         let entry = std::ffi::CString::new(entry)
@@ -160,7 +162,14 @@ impl Kernel {
             }
         };
         if let Some(ext) = &dev.pipeline_stats {
-            eprintln!("adeadvm: pipeline {name} {spec:?}: {}", statistics(ext, pipeline));
+            // The tier says what the machine code may hold: scripts/nvidia-sass.py --stats
+            // checks that no strict pipeline has a fused multiply-add.
+            let tier = match built_in {
+                false => "user",
+                true if super::kernels::fast_only(name) => "fast",
+                true => "strict",
+            };
+            eprintln!("adeadvm: pipeline {name} {spec:?} ({tier}): {}", statistics(ext, pipeline));
         }
         Ok(Kernel {
             dev: dev.clone(),
