@@ -126,7 +126,7 @@ def main():
         if not named:
             sys.stderr.write(f"nvidia-sass: no pipeline lines in {args.stats} (was ADEADVM_VULKAN_PIPELINE_STATS=1 set?)\n")
             return 2
-    fused_strict = []
+    fused_code = {}  # binary size -> {machine code: what} of the pipelines holding fused ops
     if not os.path.isdir(args.cache):
         sys.stderr.write(f"nvidia-sass: {args.cache} is not a folder\n")
         return 2
@@ -167,16 +167,28 @@ def main():
                     labels = sorted(named.get(len(code), ()))
                     if labels:
                         summary += " <- " + ", ".join(labels)
-                    # A size shared with a strict pipeline counts as strict (the check errs on
-                    # the side of reporting).
-                    if fused and any(l.endswith("(strict)") for l in labels):
-                        fused_strict.append(f"{base}.sass ({', '.join(labels)}): {fused} fused multiply-adds")
+                    if fused:
+                        fused_code.setdefault(len(code), {})[code] = f"{base}.sass: {fused} fused multiply-adds"
             print(summary)
             found += 1
     if found == 0:
         sys.stderr.write(f"nvidia-sass: no cached pipelines under {args.cache} (was __GL_SHADER_DISK_CACHE=1 set?)\n")
         return 1
     if args.stats:
+        # Pipelines are named by their size only, and two may share one (a strict UNARY and
+        # a fast GEMM did). The same code may be cached twice, so distinct codes are counted:
+        # a size fails when it has more distinct fused codes than pipelines of a tier that
+        # may fuse (fast, user), so that at least one strict pipeline must be among them.
+        fused_strict = []
+        for size, codes in sorted(fused_code.items()):
+            labels = named.get(size, set())
+            if not any(l.endswith("(strict)") for l in labels):
+                continue
+            may_fuse = sum(1 for l in labels if not l.endswith("(strict)"))
+            if len(codes) > may_fuse:
+                fused_strict += [f"{what} (pipelines of {size} bytes: {', '.join(sorted(labels))})" for what in codes.values()]
+            else:
+                print(f"nvidia-sass: {size} bytes: {len(codes)} fused pipeline(s) beside {may_fuse} of a fusing tier: {', '.join(sorted(labels))}")
         if fused_strict:
             sys.stderr.write("nvidia-sass: strict pipelines with fused multiply-adds:\n  " + "\n  ".join(fused_strict) + "\n")
             return 1
