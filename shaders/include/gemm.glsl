@@ -7,7 +7,8 @@
 // q*4*(BM/TM) + ty*4 + e), so shared-memory reads are vec4 and conflict-free. k is staged BK at a
 // time through two shared buffers: while a thread multiplies chunk j it already holds chunk j+1's
 // global loads in registers (vec4 loads when the contiguous dimension is a multiple of 4), so
-// one barrier per chunk suffices.
+// one barrier per chunk suffices. A geometry whose two buffers would not fit in 48 KiB has one
+// (GEMM_STAGES) and a second barrier a chunk, before the next chunk is stored.
 //
 // Arithmetic: every output keeps one accumulator that sees k ascending from +0 (resumed from y
 // when k_begin > 0: one dispatch covers GEMM_K_SPAN of k, as in matmul.glsl), exactly
@@ -77,8 +78,16 @@ const uint NTN = BN / TN;  // threads along n
 const uint SA = BM / 4u + 1u; // vec4s per staged k row of a (one vec4 of padding)
 const uint SB = BN / 4u + 1u;
 
-shared vec4 As[2u * BK * SA]; // As[(buf * BK + kk) * SA + r / 4][r % 4] = op(a)[row0 + r, k0 + kk]
-shared vec4 Bs[2u * BK * SB]; // Bs[(buf * BK + kk) * SB + c / 4][c % 4] = op(b)[k0 + kk, col0 + c]
+// Two shared buffers of each operand where both fit in 48 KiB (NVIDIA's workgroup limit), else
+// one (ops::rows::GemmTile::stages states the same rule): with one, a chunk's staged loads wait
+// for every thread to finish reading the previous chunk (a second barrier a chunk).
+#if 2 * GEMM_BK * (GEMM_BM + GEMM_BN + 8) * 4 + 8 <= 49152
+#define GEMM_STAGES 2
+#else
+#define GEMM_STAGES 1
+#endif
+shared vec4 As[GEMM_STAGES * BK * SA]; // As[(buf * BK + kk) * SA + r / 4][r % 4] = op(a)[row0 + r, k0 + kk]
+shared vec4 Bs[GEMM_STAGES * BK * SB]; // Bs[(buf * BK + kk) * SB + c / 4][c % 4] = op(b)[k0 + kk, col0 + c]
 shared uint tiny_chunk[2];    // 1 + the last chunk number staged in each buffer with a tiny operand
 
 uint M, N, K, k_end, row0, col0, aoff, boff;
@@ -342,7 +351,11 @@ void main() {
     barrier();
     uint chunk = 0u;
     for (uint k0 = p.k_begin; k0 < k_end; k0 += BK) {
+#if GEMM_STAGES == 2
         uint buf = chunk & 1u;
+#else
+        uint buf = 0u;
+#endif
         bool more = k0 + BK < k_end;
         if (more) {
             load_chunk(k0 + BK);
@@ -361,9 +374,17 @@ void main() {
                 GEMM_STEP(buf, kk, GEMM_MAC_CAREFUL)
             }
         }
+#if GEMM_STAGES == 2
         if (more) {
             store_chunk(buf ^ 1u, chunk + 1u);
         }
+#else
+        memoryBarrierShared();
+        barrier(); // every thread is done reading the one buffer
+        if (more) {
+            store_chunk(0u, chunk + 1u);
+        }
+#endif
         memoryBarrierShared();
         barrier();
         chunk++;

@@ -98,6 +98,9 @@ impl GemmTile {
     /// workgroup fills an NVIDIA multiprocessor's registers. 33 KiB of shared memory: not on
     /// lavapipe.
     pub const HUGE: GemmTile = GemmTile { bm: 128, bn: 128, bk: 16, tm: 8, tn: 4 };
+    /// [`GemmTile::HUGE`] staged 32 of k at a time through one shared buffer: half the loop's
+    /// overhead (loads, stores, barriers) per multiply-add, two barriers a chunk.
+    pub const HUGE_DEEP: GemmTile = GemmTile { bm: 128, bn: 128, bk: 32, tm: 8, tn: 4 };
     /// 128x64 tiles, 8x4 outputs a thread: large outputs.
     pub const LARGE: GemmTile = GemmTile { bm: 128, bn: 64, bk: 16, tm: 8, tn: 4 };
     /// 64x64 tiles staged 32 of k at a time, 4x4 a thread: smaller outputs (more workgroups to
@@ -106,17 +109,33 @@ impl GemmTile {
     /// [`GemmTile::SMALL`] staged 16 of k at a time: within 32 KiB of shared memory (lavapipe).
     pub const COMPACT: GemmTile = GemmTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
     /// Every compiled geometry (shaders/gemm_{strict,fast}_BMxBNxBK_TMxTN.comp), largest first.
-    pub const ALL: [GemmTile; 4] = [GemmTile::HUGE, GemmTile::LARGE, GemmTile::SMALL, GemmTile::COMPACT];
+    pub const ALL: [GemmTile; 5] =
+        [GemmTile::HUGE_DEEP, GemmTile::HUGE, GemmTile::LARGE, GemmTile::SMALL, GemmTile::COMPACT];
 
     /// Threads per workgroup.
     pub fn threads(&self) -> u32 {
         (self.bm / self.tm.max(1)) * (self.bn / self.tn.max(1))
     }
 
-    /// Shared memory the kernel declares (two buffers of each operand, a vec4 of padding per
-    /// staged row, two flag words).
+    /// Shared buffers of each operand the kernel stages k through: two where both fit in 48
+    /// KiB (NVIDIA's workgroup limit), else one (and a second barrier a chunk).
+    /// shaders/include/gemm.glsl's GEMM_STAGES states the same rule.
+    pub fn stages(&self) -> u64 {
+        if self.staged_bytes(2) <= 48 << 10 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Shared memory the kernel declares ([`GemmTile::stages`] buffers of each operand, a vec4
+    /// of padding per staged row, two flag words).
     pub fn shared_bytes(&self) -> u64 {
-        2 * u64::from(self.bk) * (u64::from(self.bm + 4) + u64::from(self.bn + 4)) * 4 + 8
+        self.staged_bytes(self.stages())
+    }
+
+    fn staged_bytes(&self, stages: u64) -> u64 {
+        stages * u64::from(self.bk) * (u64::from(self.bm + 4) + u64::from(self.bn + 4)) * 4 + 8
     }
 
     /// The compiled shader of this geometry in `tier` (None: no shader has it).
@@ -169,7 +188,7 @@ impl GemmTile {
 
     /// The tile for a matmul of `tiles_of(tile)` output tiles: `ADEADVM_GEMM_TILE`
     /// (`BMxBNxBK/TMxTN`, one of [`GemmTile::ALL`], for tuning experiments; ignored unless the
-    /// device can run it), else [`GemmTile::HUGE`] when it still gives at least
+    /// device can run it), else [`GemmTile::HUGE_DEEP`] when it still gives at least
     /// [`HUGE_MIN_TILES`] workgroups, else [`GemmTile::LARGE`] from [`LARGE_MIN_TILES`], else
     /// [`GemmTile::SMALL`], else (not enough shared memory) [`GemmTile::COMPACT`]. Measured on
     /// an H100 (driver 580, TFLOP/s at 1024^2 and 4096^2, fast and strict): LARGE 25.8/33.5 and
@@ -177,6 +196,12 @@ impl GemmTile {
     /// thread (128x128, 128x64, 64x128 tiles, k by 8 or 16, fully unrolled or not) and 64x128
     /// tiles of 4x8 did no better. Session 6, whole tiles (ALIGNED): HUGE 33.8 fast and 20.1
     /// strict at 2048^2 (LARGE 31.6 and 19.6), 36.0 and 20.7 at 4096^2 (LARGE 35.1 and 20.5).
+    /// HUGE_DEEP against HUGE on an H200 (driver 580, fast and strict, TFLOP/s): 2048^2 34.7
+    /// and 21.3 against 34.0 and 20.1, 4096^2 36.6 and 22.0 against 36.4 and 20.8, 8192^2 37.1
+    /// and 22.2 against 36.8 and 20.8 (the same in a second round). The strict kernel gains
+    /// from half the loop's overhead per multiply-add; the fast one does not, so its limit is
+    /// inside the unrolled chunk (91% FFMA in the driver's code, benches/peak.py: 57% of the
+    /// FFMA ceiling).
     fn chosen(rec: &Recorder, tiles_of: impl Fn(GemmTile) -> u64) -> GemmTile {
         static FORCED: std::sync::OnceLock<Option<GemmTile>> = std::sync::OnceLock::new();
         let forced = FORCED.get_or_init(|| {
@@ -199,8 +224,8 @@ impl GemmTile {
             }
         }
         let usable = |t: &GemmTile| t.unusable(rec).is_none();
-        if usable(&GemmTile::HUGE) && tiles_of(GemmTile::HUGE) >= HUGE_MIN_TILES {
-            return GemmTile::HUGE;
+        if usable(&GemmTile::HUGE_DEEP) && tiles_of(GemmTile::HUGE_DEEP) >= HUGE_MIN_TILES {
+            return GemmTile::HUGE_DEEP;
         }
         if usable(&GemmTile::LARGE) && tiles_of(GemmTile::LARGE) >= LARGE_MIN_TILES {
             return GemmTile::LARGE;
@@ -234,7 +259,7 @@ impl GemmTile {
 /// 128 tiles, 5% slower).
 const LARGE_MIN_TILES: u64 = 384;
 
-/// Output tiles from which [`GemmTile::HUGE`] is chosen (one workgroup a multiprocessor at a
+/// Output tiles from which [`GemmTile::HUGE_DEEP`] is chosen (one workgroup a multiprocessor at a
 /// time: about four waves on an H100).
 const HUGE_MIN_TILES: u64 = 512;
 
