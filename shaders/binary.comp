@@ -36,11 +36,10 @@ void main() {
     if (p.rank == 1u && p.sa_lo.x == 1u && p.sb_lo.x == 1u) {
         uint n4 = p.n / 4u;
         for (uint i = gl_GlobalInvocationID.x; i < n4; i += stride) {
-            vec4 va = a4[i], vb = b4[i], r;
-            for (uint e = 0u; e < 4u; e++) {
-                r[e] = ew_binary(op, va[e], vb[e]);
-            }
-            y4[i] = r;
+            // Written out, as in unary.comp.
+            vec4 va = a4[i], vb = b4[i];
+            y4[i] = vec4(ew_binary(op, va.x, vb.x), ew_binary(op, va.y, vb.y), ew_binary(op, va.z, vb.z),
+                         ew_binary(op, va.w, vb.w));
         }
         for (uint i = n4 * 4u + gl_GlobalInvocationID.x; i < p.n; i += stride) {
             y[i] = ew_binary(op, a[i], b[i]);
