@@ -4,7 +4,10 @@
 //   then numerics::softmax_row:
 //   m = max tree(logit); y[e] = exp(logit[e] - m); s = sum tree(y); r = recip(s); y[e] = y[e] * r
 // Rows are shared by T = 1 << tbits threads (rowtree.glsl); logits are recomputed in each pass
-// (the same operations, so the same bits) instead of being stored.
+// (the same operations, so the same bits) instead of being stored. Keeping a workgroup's rows in
+// 16 KiB of shared memory between passes (x read once) was slower on an H200: rows of 4096
+// 765 -> 689 GB/s, and rows of 8192, too long for it, 815 -> 671 (the passes' re-reads hit the
+// caches, and the shared memory took from them); layernorm.comp likewise 646 -> 553.
 #extension GL_GOOGLE_include_directive : require
 #include "rowtree.glsl"
 #include "softmax_common.glsl"
