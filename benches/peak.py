@@ -63,6 +63,8 @@ def main():
     ap.add_argument("--size", type=int, default=4096, help="the GEMMs' size (default 4096)")
     ap.add_argument("--scale", type=float, default=1.0, help="scale the ceiling kernels' loops")
     args = ap.parse_args()
+    if not os.access(args.adeadvm, os.X_OK):
+        sys.exit(f"no adeadvm executable at {args.adeadvm} (cargo build --release, or --adeadvm PATH)")
     try:
         import torch
 

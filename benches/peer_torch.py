@@ -16,6 +16,7 @@ read the ratios of one run.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -87,6 +88,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     ap.add_argument("--only", metavar="KERNEL", help="only the rows of this kernel (e.g. matmul-f16)")
     args = ap.parse_args()
+    if not os.access(args.adeadvm, os.X_OK):
+        sys.exit(f"no adeadvm executable at {args.adeadvm} (cargo build --release, or --adeadvm PATH)")
     try:
         import torch
     except ImportError:
