@@ -192,7 +192,7 @@ fn a_spirv_kernel_asking_for_more_than_the_device_allows_is_refused_at_load() {
     assert_eq!(
         err,
         format!(
-            "kernel k: its workgroup size is {too_big}x1x1; the device allows at most {mx}x{my}x{mz}, more than the Vulkan device {} allows",
+            "kernel k cannot run on the Vulkan device {}: its workgroup size is {too_big}x1x1; the device allows at most {mx}x{my}x{mz}",
             limits.name
         )
     );
@@ -203,7 +203,8 @@ fn a_spirv_kernel_asking_for_more_than_the_device_allows_is_refused_at_load() {
     let err = Session::new(&program, &config).err().unwrap().to_string();
     assert!(
         err.starts_with(&format!(
-            "kernel k: it dispatches {groups}x1x1 workgroups; the device allows at most "
+            "kernel k cannot run on the Vulkan device {}: it dispatches {groups}x1x1 workgroups; the device allows at most ",
+            limits.name
         )),
         "{err}"
     );
@@ -232,10 +233,12 @@ fn a_spirv_kernel_needing_a_feature_the_device_lacks_is_refused_at_load() {
     let program = Program::from_asm_with(source, "i64.s", &options).unwrap();
     let config = Config { backend: Backend::Vulkan, ..Config::default() };
     let err = Session::new(&program, &config).err().unwrap().to_string();
+    let name = adeadvm::vm::shared_device().unwrap().device().info().name.clone();
     assert!(
-        err.starts_with(
-            "kernel k: its SPIR-V declares capability Int64, whose device feature adeadvm does not enable"
-        ),
+        err.starts_with(&format!(
+            "kernel k cannot run on the Vulkan device {name}: its SPIR-V declares capability Int64, whose device \
+             feature adeadvm does not enable"
+        )),
         "{err}"
     );
 }

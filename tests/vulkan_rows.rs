@@ -215,7 +215,7 @@ proptest! {
     #[test]
     fn softmax_matches_reference_bits(
         lead in prop::collection::vec(1usize..4, 0..4),
-        n in prop::sample::select(vec![0usize, 1, 2, 3, 7, 31, 255, 256, 257, 300, 513, 700, 1030]),
+        n in prop::sample::select(vec![0usize, 1, 2, 3, 7, 31, 255, 256, 257, 300, 513, 700, 1024, 1030, 2100]),
         mask_keep in prop::collection::vec(any::<bool>(), 0..6),
         has_mask in any::<bool>(),
         causal in any::<bool>(),
@@ -264,7 +264,7 @@ proptest! {
     #[test]
     fn layernorm_and_rmsnorm_match_reference_bits(
         nrows in 0usize..12,
-        n in prop::sample::select(vec![0usize, 1, 2, 5, 64, 255, 256, 257, 600, 1100]),
+        n in prop::sample::select(vec![0usize, 1, 2, 5, 64, 255, 256, 257, 600, 1100, 2100]),
         with_gamma in any::<bool>(),
         with_beta in any::<bool>(),
         eps in prop::sample::select(vec![1.0e-5f32, 0.0, 1.0, 1.0e-30]),
@@ -1006,7 +1006,81 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
     }
 }
 
-/// The fast tier's one-pass SOFTMAX and LAYERNORM (rows of FAST_ROW_MIN to FAST_ROW_MAX): within
+/// The strict tier's one-pass SOFTMAX and LAYERNORM (rows of ONE_PASS_ROW_MIN to
+/// ONE_PASS_ROW_MAX, held in registers; shaders/include/strictrow.glsl) give the CPU
+/// reference's bits for every compiled width, with special values, a broadcast mask holding
+/// -inf, negative scales, gamma and beta.
+#[test]
+fn one_pass_strict_rows_match_reference_bits() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let info = ex.device().info();
+    if !info.subgroup_shuffle {
+        println!("{}: no subgroup shuffles, so the tree kernels ran", info.name);
+    }
+    // Five rows: the kernels with several rows a workgroup get a padding row.
+    let nrows = 5;
+    for n in [rows::ONE_PASS_ROW_MIN as usize, 1031, 2048, 3000, 4097, rows::ONE_PASS_ROW_MAX as usize] {
+        // (seed, spice, scale, sensitive). The sensitive cases' results depend on the order of
+        // the sums (a kernel pairing the tree's lanes otherwise fails them), so they have no
+        // mask, gamma or beta, whose terms would hide a last-bit difference: logits within
+        // about 1 of each other, so that the softmax's sum adds many comparable terms, and every
+        // third value 2^20 times larger, so that the layernorm's sums cancel.
+        let cases = [
+            (61u64, 0u32, 0.5f32, false),
+            (62, 30, -2.0, false),
+            (63, 300, 1.0, false),
+            (64, 0, 1.0 / 128.0, true),
+        ];
+        for (seed, spice, scale, sensitive) in cases {
+            let x: Vec<f32> = match sensitive {
+                // Uniform in [-4, 4): no term dwarfs the rest, as values' wide exponents would.
+                true => {
+                    (0..nrows * n).map(|i| (mix(seed ^ i as u64) as f32 / 4294967296.0 - 0.5) * 8.0).collect()
+                }
+                false => values(seed, nrows * n, spice),
+            };
+            let mut wide = x.clone();
+            wide.iter_mut().step_by(3).for_each(|v| *v *= 1_048_576.0);
+            let mut mask = values(seed + 1, n, spice);
+            for (i, m) in mask.iter_mut().enumerate() {
+                if mix(seed ^ i as u64).is_multiple_of(5) {
+                    *m = f32::NEG_INFINITY;
+                }
+            }
+            let (gamma, beta) = (values(seed + 2, n, spice), values(seed + 3, n, spice));
+            let (mask, gamma, beta) = match sensitive {
+                true => (None, None, None),
+                false => (Some(mask.as_slice()), Some(gamma.as_slice()), Some(beta.as_slice())),
+            };
+            let ln_x = if sensitive { &wide } else { &x };
+            let mut want_sm = vec![0.0f32; nrows * n];
+            let mshape = [1, n];
+            reference::softmax(&x, &[nrows, n], mask.map(|m| (m, &mshape[..])), scale, &mut want_sm);
+            let mut want_ln = vec![0.0f32; nrows * n];
+            reference::layernorm(ln_x, n, gamma, beta, 1e-5, &mut want_ln);
+            let mut rec = Recorder::new(ex.device()).unwrap();
+            let (sx, sw) = (upload(ex, &mut rec, &x), upload(ex, &mut rec, ln_x));
+            let sm = mask.map(|m| upload(ex, &mut rec, m));
+            let sg = gamma.map(|g| upload(ex, &mut rec, g));
+            let sb = beta.map(|b| upload(ex, &mut rec, b));
+            let (d0, d1) =
+                (ex.alloc((nrows * n) as u64 * 4).unwrap(), ex.alloc((nrows * n) as u64 * 4).unwrap());
+            let tuning = Tuning::default();
+            let mask_arg = sm.as_ref().map(|m| (m, &mshape[..]));
+            rows::softmax_in(k, &mut rec, Tier::Strict, &d0, &sx, &[nrows, n], mask_arg, scale, &tuning)
+                .unwrap();
+            let (g, b) = (sg.as_ref(), sb.as_ref());
+            rows::layernorm_in(k, &mut rec, Tier::Strict, &d1, &sw, nrows, n, g, b, 1e-5, &tuning).unwrap();
+            let what =
+                |op: &str| format!("strict {op} [{nrows}, {n}] seed {seed} spice {spice} scale {scale}");
+            check(same_bits(&what("softmax"), &want_sm, &fetch(ex, &mut rec, &d0)));
+            check(same_bits(&what("layernorm"), &want_ln, &fetch(ex, &mut rec, &d1)));
+        }
+    }
+}
+
+/// The fast tier's one-pass SOFTMAX and LAYERNORM (rows of ONE_PASS_ROW_MIN to ONE_PASS_ROW_MAX): within
 /// a small relative error of float64, with a broadcast mask and scale, gamma and beta, and the
 /// same bits on a second run.
 #[test]
@@ -1019,7 +1093,7 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
         println!("{}: no subgroup shuffles, so the strict kernels ran", info.name);
     }
     // Rows for each compiled width: 4, 8, 16 and 32 elements a thread.
-    for n in [rows::FAST_ROW_MIN as usize, 1500, 3000, rows::FAST_ROW_MAX as usize] {
+    for n in [rows::ONE_PASS_ROW_MIN as usize, 1500, 3000, rows::ONE_PASS_ROW_MAX as usize] {
         let nrows = 3;
         let x: Vec<f32> = values(51, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
         let mask: Vec<f32> = values(52, n, 0).iter().map(|v| v.clamp(-5.0, 5.0)).collect();

@@ -7,19 +7,7 @@
 #ifndef ADEADVM_LAYERNORM_FAST_GLSL
 #define ADEADVM_LAYERNORM_FAST_GLSL
 #include "fastrow.glsl"
-
-layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
-layout(set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(set = 0, binding = 2) readonly buffer G { float gamma[]; };
-layout(set = 0, binding = 3) readonly buffer B { float beta[]; };
-layout(push_constant) uniform P {
-    uint rows;
-    uint n;
-    uint tbits;
-    uint flags;  // bit 0: gamma bound; bit 1: beta bound
-    float nf;    // n as f32
-    float eps;
-} p;
+#include "layernorm_common.glsl"
 
 void main() {
     uint row = fast_row();

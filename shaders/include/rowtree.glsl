@@ -33,19 +33,11 @@
 // (ops::rows::loop_iterations repeats this count).
 #ifndef ADEADVM_ROWTREE_GLSL
 #define ADEADVM_ROWTREE_GLSL
-#include "strict.glsl"
-
-const uint TREE_LANES = 256u;
-const uint TREE_ADD = 0u; // lanes start at +0, op = strict_add (numerics::sum)
-const uint TREE_MAX = 1u; // lanes start at -inf, op = strict_max (numerics::max_reduce)
+#include "treeops.glsl"
 
 shared float tree_sh[TREE_LANES];
 
 float tree_value(uint pass, uint e);
-
-float tree_init(uint op) { return op == TREE_MAX ? S_F(0xff800000u) : S_F(0u); }
-
-float tree_op(uint op, float a, float b) { return op == TREE_MAX ? strict_max(a, b) : strict_add(a, b); }
 
 const uint TREE_UNROLL = 8u;
 
@@ -149,11 +141,6 @@ void tree_for_each(uint n, uint tbits) {
     for (; e < n; e += T) {
         row_elem(e);
     }
-}
-
-// This workgroup's index in the launch's grid (x fastest, then y, then z).
-uint tree_group() {
-    return (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x;
 }
 
 // Whether this workgroup has rows: groups = ceil(rows / (256 >> tbits)); the grid may have a

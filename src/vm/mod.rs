@@ -64,7 +64,7 @@ pub enum VmError {
     ConstantBudget { bytes: u64, budget: u64 },
     #[error("this run needs {needed} bytes of device memory on {device} (arena {arena}, constants {constants}, inputs {inputs}), more than the device memory budget of {budget} bytes")]
     DeviceMemoryBudget { needed: u64, arena: u64, constants: u64, inputs: u64, budget: u64, device: String },
-    #[error("kernel {kernel}: {what}, more than the Vulkan device {device} allows")]
+    #[error("kernel {kernel} cannot run on the Vulkan device {device}: {what}")]
     KernelLimit { kernel: String, what: String, device: String },
     #[error("out of host memory allocating {0} bytes")]
     OutOfMemory(u64),

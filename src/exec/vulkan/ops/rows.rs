@@ -140,12 +140,8 @@ impl GemmTile {
 
     /// The compiled shader of this geometry in `tier` (None: no shader has it).
     fn shader(&self, tier: Tier) -> Option<&'static str> {
-        let tier = match tier {
-            Tier::Strict => "strict",
-            Tier::Fast => "fast",
-        };
         let GemmTile { bm, bn, bk, tm, tn } = *self;
-        let name = format!("gemm_{tier}_{bm}x{bn}x{bk}_{tm}x{tn}");
+        let name = format!("gemm_{}_{bm}x{bn}x{bk}_{tm}x{tn}", tier.name());
         crate::exec::vulkan::SHADERS.iter().map(|(n, _)| *n).find(|n| *n == name)
     }
 
@@ -264,12 +260,13 @@ const LARGE_MIN_TILES: u64 = 384;
 /// (strict) faster than LARGE on an H200; at 1024^2 (64 tiles) 40% slower.
 const HUGE_MIN_TILES: u64 = 256;
 
-/// Rows the fast tier's one-pass row kernels take: from [`FAST_ROW_MIN`] elements (shorter
-/// rows leave most of a 256-thread workgroup idle; the strict kernels share a workgroup between
-/// rows) to [`FAST_ROW_MAX`] (32 elements a thread in registers, shaders/include/fastrow.glsl).
-pub const FAST_ROW_MIN: u64 = 1024;
-/// See [`FAST_ROW_MIN`].
-pub const FAST_ROW_MAX: u64 = 32 * 256;
+/// Rows the one-pass row kernels take (SOFTMAX and LAYERNORM, either tier): from
+/// [`ONE_PASS_ROW_MIN`] elements (shorter rows leave most of a 256-thread workgroup idle; the
+/// tree kernels share a workgroup between rows) to [`ONE_PASS_ROW_MAX`] (32 elements a thread in
+/// registers, shaders/include/fastrow.glsl and strictrow.glsl).
+pub const ONE_PASS_ROW_MIN: u64 = 1024;
+/// See [`ONE_PASS_ROW_MIN`].
+pub const ONE_PASS_ROW_MAX: u64 = 32 * 256;
 
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
@@ -1011,33 +1008,45 @@ pub fn softmax(
     softmax_in(k, rec, Tier::Strict, dst, x, shape, mask, scale, &Tuning::default())
 }
 
-/// The fast tier's one-pass kernel of `kind` (softmax or layernorm) for rows of `n`: the one
-/// compiled for the fewest elements a thread (4, 8, 16 or 32 of 256 threads) that hold the row,
-/// so that shorter rows take fewer registers and more of them are in flight. Measured on an
-/// H100 against 32 for every row: SOFTMAX over rows of 4096 1390 -> 1859 GB/s, of 1024 642 ->
-/// 1365; LAYERNORM over rows of 1024 865 -> 2300 (4096 rows), 1090 -> 2800 (16384 rows).
-fn fast_row_kernel(kind: &str, n: u64) -> &'static str {
-    match (kind, n.div_ceil(256).next_power_of_two()) {
-        ("softmax", 0..=4) => "softmax_fast_4",
-        ("softmax", 8) => "softmax_fast_8",
-        ("softmax", 16) => "softmax_fast_16",
-        ("softmax", _) => "softmax_fast_32",
-        (_, 0..=4) => "layernorm_fast_4",
-        (_, 8) => "layernorm_fast_8",
-        (_, 16) => "layernorm_fast_16",
-        _ => "layernorm_fast_32",
-    }
+/// The one-pass row kernel of `kind` ("softmax" or "layernorm") in `tier` for rows of `n`, and
+/// the rows a workgroup of it takes. The fast tier's (shaders/<kind>_fast_<PER>.comp) give a
+/// row 256 threads with the fewest elements a thread (PER: 4, 8, 16 or 32) that hold it (fewer
+/// registers, more rows in flight). The strict tier's (<kind>_strict_<T>x<PER>.comp) keep 16
+/// elements a thread on fewer threads a row (T: 64, 128 or 256; 256 / T rows a workgroup) up to
+/// rows of 4096, 32 beyond: the tree's per-row work (its barriers, the strict division and
+/// square root) is then spread over more elements (H200, strict LAYERNORM over rows of 1024: 293
+/// GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16).
+fn one_pass_row_kernel(kind: &str, tier: Tier, n: u64) -> Result<(&'static str, u64), VulkanError> {
+    let (name, rows_per_group) = match tier {
+        Tier::Fast => (format!("{kind}_fast_{}", n.div_ceil(256).next_power_of_two().clamp(4, 32)), 1),
+        Tier::Strict => {
+            let threads = (n.div_ceil(16).next_power_of_two()).clamp(64, 256);
+            let per = n.div_ceil(threads).next_power_of_two().max(16);
+            (format!("{kind}_strict_{threads}x{per}"), 256 / threads)
+        }
+    };
+    let found = crate::exec::vulkan::SHADERS.iter().map(|(s, _)| *s).find(|s| *s == name);
+    let found = found.ok_or_else(|| VulkanError::PipelineCreation {
+        kernel: name,
+        reason: "no such embedded shader".into(),
+    })?;
+    Ok((found, rows_per_group))
 }
 
-/// Whether the fast tier's one-pass row kernels (shaders/include/fastrow.glsl) take rows of `n`
-/// on `rec`'s device (they reduce with subgroup shuffles; elsewhere the strict kernels run).
-fn fast_row(rec: &Recorder, tier: Tier, n: u64) -> bool {
-    tier == Tier::Fast && (FAST_ROW_MIN..=FAST_ROW_MAX).contains(&n) && rec.device().info().subgroup_shuffle
+/// Whether the one-pass row kernels (shaders/include/fastrow.glsl, strictrow.glsl) take rows of
+/// `n` on `rec`'s device: they reduce with subgroup shuffles; elsewhere the tree kernels
+/// (rowtree.glsl) run, which read a row once a pass. A number of threads a row chosen by
+/// `tuning` or `ADEADVM_ROW_THREADS` is the tree kernels' (the one-pass kernels use 256).
+fn one_pass_row(rec: &Recorder, tuning: &Tuning, n: u64) -> bool {
+    tuning.threads_per_row.or_else(row_threads_env).is_none()
+        && (ONE_PASS_ROW_MIN..=ONE_PASS_ROW_MAX).contains(&n)
+        && rec.device().info().subgroup_shuffle
 }
 
-/// [`softmax`] in `tier` with a [`Tuning`]: the fast tier takes shaders/softmax_fast_*.comp (one
-/// pass, the device's exp, a fixed tree: the same bits run to run on one device) for rows of
-/// [`FAST_ROW_MIN`] to [`FAST_ROW_MAX`] elements, and the strict kernel otherwise.
+/// [`softmax`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to [`ONE_PASS_ROW_MAX`]
+/// elements take a one-pass kernel (the row read once into registers): shaders/softmax_strict_*.comp
+/// (the tree kernel's bits) or softmax_fast_*.comp (the device's exp, a fixed order of its own:
+/// the same bits run to run on one device); other rows take the tree kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn softmax_in(
     k: &Kernels,
@@ -1106,12 +1115,13 @@ pub fn softmax_in(
     push.extend([w(rows), w(n), tbits, flags, scale.to_bits(), mask_last]);
     let mask_slice = mask.map_or(x, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(mask_slice)];
-    if fast_row(rec, tier, n) {
+    if one_pass_row(rec, tuning, n) {
+        let (kernel, rows_per_group) = one_pass_row_kernel("softmax", tier, n)?;
         return rec.dispatch(
-            &k.get(fast_row_kernel("softmax", n))?,
+            &k.get(kernel)?,
             &bindings,
             &push,
-            grid(rec, tuning, rows)?,
+            grid(rec, tuning, rows.div_ceil(rows_per_group))?,
         );
     }
     dispatch_rows(rec, tuning, &k.get("softmax")?, &bindings, &push, rows, tbits)
@@ -1135,9 +1145,10 @@ pub fn layernorm(
     layernorm_in(k, rec, Tier::Strict, dst, x, rows, n, gamma, beta, eps, &Tuning::default())
 }
 
-/// [`layernorm`] in `tier` with a [`Tuning`]: the fast tier takes shaders/layernorm_fast_*.comp
-/// (one pass, the device's inversesqrt, a fixed tree) for rows of [`FAST_ROW_MIN`] to
-/// [`FAST_ROW_MAX`] elements, and the strict kernel otherwise.
+/// [`layernorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to
+/// [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/layernorm_strict_*.comp (the tree
+/// kernel's bits) or layernorm_fast_*.comp (the device's inversesqrt, a fixed order of its own);
+/// other rows take the tree kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_in(
     k: &Kernels,
@@ -1165,9 +1176,10 @@ pub fn layernorm_in(
         Binding::read(gamma.unwrap_or(x)),
         Binding::read(beta.unwrap_or(x)),
     ];
-    if fast_row(rec, tier, n as u64) {
-        let kernel = k.get(fast_row_kernel("layernorm", n as u64))?;
-        return rec.dispatch(&kernel, &bindings, &push, grid(rec, tuning, rows as u64)?);
+    if one_pass_row(rec, tuning, n as u64) {
+        let (kernel, rows_per_group) = one_pass_row_kernel("layernorm", tier, n as u64)?;
+        let groups = (rows as u64).div_ceil(rows_per_group);
+        return rec.dispatch(&k.get(kernel)?, &bindings, &push, grid(rec, tuning, groups)?);
     }
     dispatch_rows(rec, tuning, &k.get("layernorm")?, &bindings, &push, rows as u64, tbits)
 }

@@ -1,0 +1,52 @@
+// softmax_strict.glsl -- SOFTMAX over the last axis in the strict tier, one pass: each row is
+// read once into registers (strictrow.glsl) and gets exactly softmax.comp's bits
+// (exec::cpu::reference::softmax): the logits strict_mul(x, scale) (+ the mask), their max by
+// the tree, exp(logit - max), their sum by the tree, then each times the sum's recip. Same
+// bindings and push constants as softmax.comp (tbits unused). Compiled once per shape as
+// shaders/softmax_strict_<T>x<PER>.comp; ops::rows takes the one for the row's length.
+#ifndef ADEADVM_SOFTMAX_STRICT_GLSL
+#define ADEADVM_SOFTMAX_STRICT_GLSL
+#include "strictrow.glsl"
+#include "softmax_common.glsl"
+
+void main() {
+    if (!srow_group_live(p.rows)) {
+        return; // the grid's spare workgroups (uniform: before any barrier)
+    }
+    uint row = srow_row();
+    bool live = row < p.rows;
+    uint t = srow_thread(), n = live ? p.n : 0u, base = row * p.n;
+    bool masked = (p.flags & 1u) != 0u;
+    uint mbase = masked && live ? mask_row_offset(row) : 0u;
+    // Every load at once, before any arithmetic (a thread past the row's end, n >= 1024 here,
+    // reads its last element, unused, rather than branch).
+    float v[STRICT_PER];
+#define SOFTMAX_LOAD(j) v[j] = live ? x[base + min(t + SROW_T * (j), n - 1u)] : 0.0;
+    STRICT_ROW_EACH(SOFTMAX_LOAD)
+    SROW_LANES(lanes, TREE_MAX)
+#define SOFTMAX_LOGIT(i)                                                   \
+    if (srow_elem(i) < n) {                                                \
+        c[i] = strict_mul(c[i], p.scale);                                  \
+        if (masked) {                                                      \
+            c[i] = strict_add(c[i], mask[mbase + srow_elem(i) * p.mask_last]); \
+        }                                                                  \
+        lanes[srow_lane(i)] = tree_op(TREE_MAX, lanes[srow_lane(i)], c[i]); \
+    }
+    STRICT_ROW_LOOP(SOFTMAX_LOGIT)
+    float m = strict_row_reduce(TREE_MAX, lanes, 0u);
+    SROW_LANES(sums, TREE_ADD)
+#define SOFTMAX_EXP(i)                                                     \
+    if (srow_elem(i) < n) {                                                \
+        c[i] = strict_exp(strict_sub(c[i], m));                            \
+        sums[srow_lane(i)] = tree_op(TREE_ADD, sums[srow_lane(i)], c[i]);  \
+    }
+    STRICT_ROW_LOOP(SOFTMAX_EXP)
+    float r = strict_recip(strict_row_reduce(TREE_ADD, sums, 1u));
+#define SOFTMAX_OUT(i)                                                     \
+    if (srow_elem(i) < n) {                                                \
+        y[base + srow_elem(i)] = strict_mul(c[i], r);                      \
+    }
+    STRICT_ROW_LOOP(SOFTMAX_OUT)
+}
+
+#endif // ADEADVM_SOFTMAX_STRICT_GLSL

@@ -1,0 +1,129 @@
+// strictrow.glsl -- the strict tier's one-pass row kernels (softmax_strict, layernorm_strict):
+// fastrow.glsl's shape with rowtree.glsl's bits. A row is held in the registers of its
+// STRICT_T threads (64, 128 or 256; 256 / STRICT_T rows a workgroup of 256), STRICT_PER
+// elements each: thread t of a row holds elements e = t + STRICT_T * j (j < STRICT_PER), so
+// the row is read once and written once, where rowtree's kernels read it once a pass (rows of
+// 1024 to 8192 elements; ops::rows::one_pass_row_kernel picks these for those rows on devices
+// with subgroup shuffles in compute shaders).
+//
+// The bits are numerics::reduce's 256-lane tree (rowtree.glsl has the rules): thread t holds
+// lanes t + STRICT_T * q (q < R = 256 / STRICT_T), element j falling to lane q = j % R, and
+// folds each lane's elements in ascending order from the lane's starting value, as the lane
+// does; it combines its R lanes in registers by the tree's levels 128 .. STRICT_T (the pairs
+// the halving makes). The levels below pair thread j with thread j + s (left operand first);
+// those with s >= gl_SubgroupSize run in shared memory (a barrier each), the rest within one
+// subgroup a row by shuffles, whose invocation i reads the row's thread i: the same pairs, so
+// the same bits on any subgroup size (8 or 16 on lavapipe, 32 on NVIDIA).
+//
+// Registers cannot be indexed at run time (NVIDIA's compiler moves an array indexed by a loop
+// counter to local memory), and a strict shader may not mark a loop [[unroll]] (the unroller
+// drops `precise`). Nor are the strict steps written out for every element: the strict
+// operations are long, and written out 16 times (a 388 KB binary) they ran slower than these
+// loops on an H200 (softmax over rows of 4096: 633 against 877 GB/s). So the row is loaded by
+// STRICT_ROW_EACH (a literal index per element: short), and each pass is a loop,
+// STRICT_ROW_LOOP, kept rolled, four elements an iteration: it works on v[0..3], then rotates
+// the thread's elements down by four, so after the loop every element is back in place with
+// its new value.
+#ifndef ADEADVM_STRICTROW_GLSL
+#define ADEADVM_STRICTROW_GLSL
+// The including shader enables GL_KHR_shader_subgroup_basic and _shuffle.
+#extension GL_EXT_control_flow_attributes : require
+#include "treeops.glsl"
+
+layout(local_size_x = 256) in;
+// STRICT_T (threads a row) and STRICT_PER (elements a thread: 16 or 32, no suffix, since the
+// preprocessor tests it) are defined by shaders/{softmax,layernorm}_strict_<T>x<PER>.comp.
+const uint SROW_T = STRICT_T;
+const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgroup
+#define SROW_EACH4(X, b) X((b)) X((b) + 1u) X((b) + 2u) X((b) + 3u)
+#define SROW_EACH8(X, b) SROW_EACH4(X, b) SROW_EACH4(X, (b) + 4u)
+#define SROW_EACH16(X, b) SROW_EACH8(X, b) SROW_EACH8(X, (b) + 8u)
+#define SROW_EACH32(X, b) SROW_EACH16(X, b) SROW_EACH16(X, (b) + 16u)
+// STRICT_ROW_EACH(X): X(j) for every j, written out.
+#if STRICT_PER == 16
+#define STRICT_ROW_EACH(X) SROW_EACH16(X, 0u)
+#elif STRICT_PER == 32
+#define STRICT_ROW_EACH(X) SROW_EACH32(X, 0u)
+#else
+#error "STRICT_PER is 16 or 32"
+#endif
+#if STRICT_T != 64 && STRICT_T != 128 && STRICT_T != 256
+#error "STRICT_T is 64, 128 or 256"
+#endif
+
+// STRICT_ROW_LOOP(BODY): for each quad of the thread's elements in order, BODY(0u) .. BODY(3u)
+// on `c[i]` (element number srow_elem(i) of the row, lane srow_lane(i) of the thread; the body
+// tests the element against the row's end) with the new values kept, then the rotation
+// (SROW_SHIFT). The thread's elements are `float v[STRICT_PER]`, declared by the kernel.
+#define SROW_SHIFT(j) v[j] = (j) + 4u < uint(STRICT_PER) ? v[min((j) + 4u, uint(STRICT_PER) - 1u)] : c[(j) % 4u];
+#define STRICT_ROW_LOOP(BODY)                                                              \
+    [[dont_unroll]] for (uint srow_q = 0u; srow_q < uint(STRICT_PER) / 4u; srow_q++) {     \
+        float c[4] = float[4](v[0], v[1], v[2], v[3]);                                      \
+        BODY(0u) BODY(1u) BODY(2u) BODY(3u)                                                 \
+        STRICT_ROW_EACH(SROW_SHIFT)                                                         \
+    }
+#define srow_elem(i) (srow_thread() + SROW_T * (srow_q * 4u + (i)))
+#define srow_lane(i) ((i) % SROW_R)
+
+// The thread's place in its row, and the row (may be >= the row count: a padding row of the
+// last workgroup, whose threads still take part in the barriers).
+uint srow_thread() { return gl_LocalInvocationIndex % SROW_T; }
+uint srow_row() { return tree_group() * SROW_R + gl_LocalInvocationIndex / SROW_T; }
+// Whether this workgroup has any row below `rows` (uniform: a workgroup without returns
+// before any barrier).
+bool srow_group_live(uint rows) { return tree_group() * SROW_R < rows; }
+
+// A lane accumulator for each of the thread's lanes (SROW_R of them, 1 to 4), all starting at
+// op's starting value.
+#define SROW_LANES(name, op) float name[4] = float[4](tree_init(op), tree_init(op), tree_init(op), tree_init(op));
+
+shared float srow_lanes[TREE_LANES];
+// Each reduction of a kernel has its own result slots (`slot`, 0 or 1), so the next
+// reduction's stores never meet a thread still reading the last result.
+shared float srow_result[2][4];
+
+// The tree's result over the row's lanes, `lanes` holding this thread's (in lane order q);
+// every thread of the row gets it. Called by every thread of the workgroup (it has barriers).
+float strict_row_reduce(uint op, float lanes[4], uint slot) {
+    // Levels 128 .. SROW_T within the thread: lane q pairs with lane q + R/2 first.
+    float v = lanes[0];
+    if (SROW_R == 2u) {
+        v = tree_op(op, lanes[0], lanes[1]);
+    } else if (SROW_R == 4u) {
+        v = tree_op(op, tree_op(op, lanes[0], lanes[2]), tree_op(op, lanes[1], lanes[3]));
+    }
+    uint li = gl_LocalInvocationIndex, t = srow_thread();
+    srow_lanes[li] = v;
+    memoryBarrierShared();
+    barrier();
+    uint s = SROW_T / 2u;
+    for (; s >= gl_SubgroupSize; s >>= 1) {
+        if (t < s) {
+            srow_lanes[li] = tree_op(op, srow_lanes[li], srow_lanes[li + s]);
+        }
+        memoryBarrierShared();
+        barrier();
+    }
+    // The row's threads 0 .. 2s - 1 now hold their values after level 2s (2s <= the subgroup
+    // size); subgroup k finishes rows k, k + the subgroup count, ...
+    uint i = gl_SubgroupInvocationID;
+    for (uint row = gl_SubgroupID; row < SROW_R; row += gl_NumSubgroups) {
+        float w = srow_lanes[row * SROW_T + min(i, 2u * s - 1u)];
+        for (uint l = s; l > 0u; l >>= 1) {
+            // Invocations i >= l compute values no level reads (their shuffle index is kept
+            // in range only so that the shuffle is defined).
+            float right = subgroupShuffle(w, min(i + l, gl_SubgroupSize - 1u));
+            if (i < l) {
+                w = tree_op(op, w, right);
+            }
+        }
+        if (i == 0u) {
+            srow_result[slot][row] = w;
+        }
+    }
+    memoryBarrierShared();
+    barrier();
+    return srow_result[slot][li / SROW_T];
+}
+
+#endif // ADEADVM_STRICTROW_GLSL
