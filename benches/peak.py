@@ -12,13 +12,14 @@ arithmetic:
           read from shared memory, no global memory, no barrier): the part of ffma it misses is
           the outer product's price, the part of it the SGEMM misses is staging's;
   muladd  a `precise` multiply, then an add: the strict-tier SGEMM's ceiling;
+  step_strict  the strict-tier SGEMM's inner step alone (as step, with muladd's arithmetic);
   mma     16x16x16 f16 cooperative matrices (VK_KHR_cooperative_matrix, subgroups of 32): the
           f16 GEMM's ceiling through Vulkan (cuBLAS reaches further on Hopper through its
           warpgroup instructions, which no Vulkan shader gets on NVIDIA's driver 580).
 A ceiling the device cannot run (no cooperative matrices, as on lavapipe) prints as such.
 For a GPU machine: on a CPU Vulkan device (lavapipe) the loops take minutes (--scale 0.001).
 The kernels' SPIR-V is committed beside their sources; after changing one:
-    glslc -O --target-env=vulkan1.1 benches/peak/ffma.comp -o benches/peak/ffma.spv   (muladd, step too)
+    glslc -O --target-env=vulkan1.1 benches/peak/ffma.comp -o benches/peak/ffma.spv   (muladd, step too; step_strict with -DSTRICT_STEP)
     python3 shaders/glslang_cm2.py benches/peak/mma.comp benches/peak/mma.spv
 """
 
@@ -38,6 +39,7 @@ CEILINGS = {
     "ffma": (2112, 3000, 256 * 256),  # 256 invocations, 128 fmas each
     "step": (2112, 1000, 512 * 16 * 32 * 2),  # 512 invocations, 16 steps of 32 fmas each
     "muladd": (2112, 1500, 256 * 256),  # the same chains as a multiply and an add
+    "step_strict": (2112, 500, 512 * 16 * 32 * 2),  # step as a multiply and an add
     "mma": (4224, 300, 4 * 64 * 16 * 16 * 16 * 2),  # 4 subgroups, 64 multiply-adds each
 }
 
@@ -79,15 +81,15 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         print(f"device: {torch.cuda.get_device_name()}")
     tf = {}
-    print(f"{'ceiling':<10} {'TFLOP/s':>9}")
+    print(f"{'ceiling':<12} {'TFLOP/s':>9}")
     for kernel in CEILINGS:
         tf[kernel], err = ceiling(args.adeadvm, kernel, args.scale)
         shown = f"{tf[kernel]:9.1f}" if tf[kernel] else f"  n/a ({err})"
-        print(f"{kernel:<10} {shown}")
+        print(f"{kernel:<12} {shown}")
     n = args.size
     rows = [
         ("adeadvm SGEMM fast", ["ffma", "step"], lambda: adeadvm_case(args.adeadvm, "matmul", n, "fast", 15)),
-        ("adeadvm SGEMM strict", ["muladd"], lambda: adeadvm_case(args.adeadvm, "matmul", n, "strict", 15)),
+        ("adeadvm SGEMM strict", ["muladd", "step_strict"], lambda: adeadvm_case(args.adeadvm, "matmul", n, "strict", 15)),
         ("adeadvm f16 GEMM fast", ["mma"], lambda: adeadvm_case(args.adeadvm, "matmul-f16", n, "fast", 15)),
     ]
     if torch is not None:
