@@ -10,16 +10,7 @@
 #include "layernorm_common.glsl"
 
 void main() {
-    if (!srow_group_live(p.rows)) {
-        return; // the grid's spare workgroups (uniform: before any barrier)
-    }
-    uint row = srow_row();
-    bool live = row < p.rows;
-    uint t = srow_thread(), n = live ? p.n : 0u, base = row * p.n;
-    // Every load at once, before any arithmetic (see softmax_strict.glsl).
-    float v[STRICT_PER];
-#define LAYERNORM_LOAD(j) v[j] = live ? x[base + min(t + SROW_T * (j), n - 1u)] : 0.0;
-    STRICT_ROW_EACH(LAYERNORM_LOAD)
+    STRICT_ROW_BEGIN
     SROW_LANES(sums, TREE_ADD)
 #define LAYERNORM_SUM(i)                                                   \
     if (srow_elem(i) < n) {                                                \

@@ -10,19 +10,9 @@
 #include "softmax_common.glsl"
 
 void main() {
-    if (!srow_group_live(p.rows)) {
-        return; // the grid's spare workgroups (uniform: before any barrier)
-    }
-    uint row = srow_row();
-    bool live = row < p.rows;
-    uint t = srow_thread(), n = live ? p.n : 0u, base = row * p.n;
+    STRICT_ROW_BEGIN
     bool masked = (p.flags & 1u) != 0u;
     uint mbase = masked && live ? mask_row_offset(row) : 0u;
-    // Every load at once, before any arithmetic (a thread past the row's end, n >= 1024 here,
-    // reads its last element, unused, rather than branch).
-    float v[STRICT_PER];
-#define SOFTMAX_LOAD(j) v[j] = live ? x[base + min(t + SROW_T * (j), n - 1u)] : 0.0;
-    STRICT_ROW_EACH(SOFTMAX_LOAD)
     SROW_LANES(lanes, TREE_MAX)
 #define SOFTMAX_LOGIT(i)                                                   \
     if (srow_elem(i) < n) {                                                \

@@ -51,6 +51,24 @@ const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgr
 #error "STRICT_T is 64, 128 or 256"
 #endif
 
+// STRICT_ROW_BEGIN: the kernels' common start (their input buffer is `x`, their push constants
+// have `rows` and `n`): a workgroup without rows returns (uniformly, before any barrier); then
+// `row`, `live` (row < p.rows), `t` (srow_thread()), `n` (0 for a padding row), `base` (the
+// row's first element) and the thread's elements `v`, every load issued at once before any
+// arithmetic: a load inside the strict arithmetic's branches waits for the steps before it. A
+// thread past the row's end (n >= 1024 here) reads the row's last element, unused, rather than
+// branch.
+#define SROW_LOAD(j) v[j] = live ? x[base + min(t + SROW_T * (j), n - 1u)] : 0.0;
+#define STRICT_ROW_BEGIN                                                                   \
+    if (!srow_group_live(p.rows)) {                                                         \
+        return;                                                                             \
+    }                                                                                       \
+    uint row = srow_row();                                                                  \
+    bool live = row < p.rows;                                                               \
+    uint t = srow_thread(), n = live ? p.n : 0u, base = row * p.n;                          \
+    float v[STRICT_PER];                                                                    \
+    STRICT_ROW_EACH(SROW_LOAD)
+
 // STRICT_ROW_LOOP(BODY): for each quad of the thread's elements in order, BODY(0u) .. BODY(3u)
 // on `c[i]` (element number srow_elem(i) of the row, lane srow_lane(i) of the thread; the body
 // tests the element against the row's end) with the new values kept, then the rotation
