@@ -54,6 +54,10 @@ def torch_case(torch, kernel, n, iters):
         x = torch.rand((n, 1024), device=dev, generator=g)
         run = lambda: torch.nn.functional.layer_norm(x, (1024,))
         flops, nbytes = 8.0 * n * 1024, 8.0 * n * 1024
+    elif kernel == "rmsnorm":
+        x = torch.rand((n, 1024), device=dev, generator=g)
+        run = lambda: torch.nn.functional.rms_norm(x, (1024,))
+        flops, nbytes = 5.0 * n * 1024, 8.0 * n * 1024
     else:
         raise ValueError(kernel)
     for _ in range(3):
@@ -111,6 +115,7 @@ def main():
         ("exp", 16 << 20, ">= 0.9x", None),
         ("softmax", 4096, None, None),
         ("layernorm", 4096, None, None),
+        ("rmsnorm", 4096, None, None),
     ]
     if args.quick:
         cases = [cases[0], cases[2], cases[3], cases[5]]

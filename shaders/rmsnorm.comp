@@ -6,17 +6,7 @@
 #include "rowtree.glsl"
 
 layout(local_size_x = 256) in;
-layout(set = 0, binding = 0) writeonly buffer Y { float y[]; };
-layout(set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(set = 0, binding = 2) readonly buffer G { float gamma[]; };
-layout(push_constant) uniform P {
-    uint rows;
-    uint n;
-    uint tbits;  // log2 of the threads per row
-    uint flags;  // bit 0: gamma bound
-    float nf;    // n as f32 (rounded on the host)
-    float eps;
-} p;
+#include "rmsnorm_common.glsl"
 
 uint g_base;
 

@@ -1006,9 +1006,9 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
     }
 }
 
-/// The strict tier's one-pass SOFTMAX and LAYERNORM (rows of ONE_PASS_ROW_MIN to
+/// The strict tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of ONE_PASS_ROW_MIN to
 /// ONE_PASS_ROW_MAX, held in registers; shaders/include/strictrow.glsl) give the CPU
-/// reference's bits for every compiled width, with special values, a broadcast mask holding
+/// reference's bits for every compiled shape, with special values, a broadcast mask holding
 /// -inf, negative scales, gamma and beta.
 #[test]
 fn one_pass_strict_rows_match_reference_bits() {
@@ -1024,8 +1024,9 @@ fn one_pass_strict_rows_match_reference_bits() {
         // (seed, spice, scale, sensitive). The sensitive cases' results depend on the order of
         // the sums (a kernel pairing the tree's lanes otherwise fails them), so they have no
         // mask, gamma or beta, whose terms would hide a last-bit difference: logits within
-        // about 1 of each other, so that the softmax's sum adds many comparable terms, and every
-        // third value 2^20 times larger, so that the layernorm's sums cancel.
+        // about 1 of each other, so that the softmax's sum (and the rmsnorm's of the squares)
+        // adds many comparable terms, and every third value 2^20 times larger, so that the
+        // layernorm's sums cancel.
         let cases = [
             (61u64, 0u32, 0.5f32, false),
             (62, 30, -2.0, false),
@@ -1059,23 +1060,26 @@ fn one_pass_strict_rows_match_reference_bits() {
             reference::softmax(&x, &[nrows, n], mask.map(|m| (m, &mshape[..])), scale, &mut want_sm);
             let mut want_ln = vec![0.0f32; nrows * n];
             reference::layernorm(ln_x, n, gamma, beta, 1e-5, &mut want_ln);
+            let mut want_rms = vec![0.0f32; nrows * n];
+            reference::rmsnorm(&x, n, gamma, 1e-5, &mut want_rms);
             let mut rec = Recorder::new(ex.device()).unwrap();
             let (sx, sw) = (upload(ex, &mut rec, &x), upload(ex, &mut rec, ln_x));
             let sm = mask.map(|m| upload(ex, &mut rec, m));
             let sg = gamma.map(|g| upload(ex, &mut rec, g));
             let sb = beta.map(|b| upload(ex, &mut rec, b));
-            let (d0, d1) =
-                (ex.alloc((nrows * n) as u64 * 4).unwrap(), ex.alloc((nrows * n) as u64 * 4).unwrap());
+            let [d0, d1, d2] = [0; 3].map(|_| ex.alloc((nrows * n) as u64 * 4).unwrap());
             let tuning = Tuning::default();
             let mask_arg = sm.as_ref().map(|m| (m, &mshape[..]));
             rows::softmax_in(k, &mut rec, Tier::Strict, &d0, &sx, &[nrows, n], mask_arg, scale, &tuning)
                 .unwrap();
             let (g, b) = (sg.as_ref(), sb.as_ref());
             rows::layernorm_in(k, &mut rec, Tier::Strict, &d1, &sw, nrows, n, g, b, 1e-5, &tuning).unwrap();
+            rows::rmsnorm_with(k, &mut rec, &d2, &sx, nrows, n, g, 1e-5, &tuning).unwrap();
             let what =
                 |op: &str| format!("strict {op} [{nrows}, {n}] seed {seed} spice {spice} scale {scale}");
             check(same_bits(&what("softmax"), &want_sm, &fetch(ex, &mut rec, &d0)));
             check(same_bits(&what("layernorm"), &want_ln, &fetch(ex, &mut rec, &d1)));
+            check(same_bits(&what("rmsnorm"), &want_rms, &fetch(ex, &mut rec, &d2)));
         }
     }
 }

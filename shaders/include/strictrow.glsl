@@ -1,5 +1,5 @@
-// strictrow.glsl -- the strict tier's one-pass row kernels (softmax_strict, layernorm_strict):
-// fastrow.glsl's shape with rowtree.glsl's bits. A row is held in the registers of its
+// strictrow.glsl -- the strict tier's one-pass row kernels (softmax_strict, layernorm_strict,
+// rmsnorm_strict): fastrow.glsl's shape with rowtree.glsl's bits. A row is held in the registers of its
 // STRICT_T threads (64, 128 or 256; 256 / STRICT_T rows a workgroup of 256), STRICT_PER
 // elements each: thread t of a row holds elements e = t + STRICT_T * j (j < STRICT_PER), so
 // the row is read once and written once, where rowtree's kernels read it once a pass (rows of
@@ -32,7 +32,7 @@
 
 layout(local_size_x = 256) in;
 // STRICT_T (threads a row) and STRICT_PER (elements a thread: 16 or 32, no suffix, since the
-// preprocessor tests it) are defined by shaders/{softmax,layernorm}_strict_<T>x<PER>.comp.
+// preprocessor tests it) are defined by shaders/{softmax,layernorm,rmsnorm}_strict_<T>x<PER>.comp.
 const uint SROW_T = STRICT_T;
 const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgroup
 #define SROW_EACH4(X, b) X((b)) X((b) + 1u) X((b) + 2u) X((b) + 3u)

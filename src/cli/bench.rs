@@ -32,6 +32,8 @@ pub enum Kernel {
     Softmax,
     /// layernorm over the rows of a SIZE×1024 matrix.
     Layernorm,
+    /// rmsnorm over the rows of a SIZE×1024 matrix.
+    Rmsnorm,
     /// Interpreter overhead: a chain of 1000 dependent ADDs on 1-element tensors (ns per op).
     Dispatch,
 }
@@ -118,7 +120,7 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // generated values, the bound input, the arena, the device's copies and the summed result).
     let largest = match a.kernel {
         Kernel::Matmul | Kernel::MatmulF16 | Kernel::MatmulBf16 | Kernel::Softmax => n.checked_mul(n),
-        Kernel::Layernorm => n.checked_mul(1024),
+        Kernel::Layernorm | Kernel::Rmsnorm => n.checked_mul(1024),
         Kernel::Add | Kernel::Exp | Kernel::Gelu => Some(n),
         Kernel::Dispatch => Some(1),
     };
@@ -221,13 +223,17 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
             5.0 * (n * n) as f64,
             8.0 * (n * n) as f64,
         ),
-        Kernel::Layernorm => (
-            timed(&format!(".input %a f32[{n}, 1024]"), "f32", &[n, 1024], "LAYERNORM %c, %a"),
-            1,
-            vec![("a", f32_input(vec![n, 1024], 1)?)],
-            8.0 * (n * 1024) as f64,
-            8.0 * (n * 1024) as f64,
-        ),
+        Kernel::Layernorm | Kernel::Rmsnorm => {
+            let (op, flops) =
+                if matches!(a.kernel, Kernel::Layernorm) { ("LAYERNORM", 8.0) } else { ("RMSNORM", 5.0) };
+            (
+                timed(&format!(".input %a f32[{n}, 1024]"), "f32", &[n, 1024], &format!("{op} %c, %a")),
+                1,
+                vec![("a", f32_input(vec![n, 1024], 1)?)],
+                flops * (n * 1024) as f64,
+                8.0 * (n * 1024) as f64,
+            )
+        }
         Kernel::Dispatch => {
             let mut s = String::from(".output y f32[1]\nALLOC %c: f32[1]\nFILL %c, 0.0\n");
             for _ in 0..1000 {

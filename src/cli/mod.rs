@@ -35,7 +35,7 @@ enum Command {
     Replay(ReplayArgs),
     /// Show this machine: CPU features, memory, executors and the determinism tier each gives.
     Info,
-    /// Time one kernel (matmul, add, exp, gelu, softmax, layernorm, dispatch) inside the VM.
+    /// Time one kernel (matmul, add, exp, gelu, softmax, layernorm, rmsnorm, dispatch) inside the VM.
     Bench(bench::BenchArgs),
 }
 

@@ -1008,8 +1008,8 @@ pub fn softmax(
     softmax_in(k, rec, Tier::Strict, dst, x, shape, mask, scale, &Tuning::default())
 }
 
-/// The one-pass row kernel of `kind` ("softmax" or "layernorm") in `tier` for rows of `n`, and
-/// the rows a workgroup of it takes. The fast tier's (shaders/<kind>_fast_<PER>.comp) give a
+/// The one-pass row kernel of `kind` ("softmax", "layernorm" or "rmsnorm", which has strict ones
+/// only) in `tier` for rows of `n`, and the rows a workgroup of it takes. The fast tier's (shaders/<kind>_fast_<PER>.comp) give a
 /// row 256 threads with the fewest elements a thread (PER: 4, 8, 16 or 32) that hold it (fewer
 /// registers, more rows in flight). The strict tier's (<kind>_strict_<T>x<PER>.comp) keep 16
 /// elements a thread on fewer threads a row (T: 64, 128 or 256; 256 / T rows a workgroup) up to
@@ -1185,7 +1185,9 @@ pub fn layernorm_in(
 }
 
 /// RMSNORM over rows of `n`: exactly `reference::rmsnorm` (`numerics::rmsnorm_row`: mean
-/// square by the tree over `mul(x, x)`, `div` by `n`, `rsqrt(ms + eps)`, then `* gamma`).
+/// square by the tree over `mul(x, x)`, `div` by `n`, `rsqrt(ms + eps)`, then `* gamma`), in
+/// either tier. Rows of [`ONE_PASS_ROW_MIN`] to [`ONE_PASS_ROW_MAX`] elements take a one-pass
+/// kernel (shaders/rmsnorm_strict_*.comp), other rows the tree kernel.
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
     k: &Kernels,
@@ -1220,9 +1222,14 @@ pub fn rmsnorm_with(
     }
     let push =
         [w(rows as u64), w(n as u64), tbits, u32::from(gamma.is_some()), count(n).to_bits(), eps.to_bits()];
-    let kernel = k.get("rmsnorm")?;
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(gamma.unwrap_or(x))];
-    dispatch_rows(rec, tuning, &kernel, &bindings, &push, rows as u64, tbits)
+    if one_pass_row(rec, tuning, n as u64) {
+        // The same bits in either tier: RMSNORM has only the strict kernels.
+        let (kernel, rows_per_group) = one_pass_row_kernel("rmsnorm", Tier::Strict, n as u64)?;
+        let groups = (rows as u64).div_ceil(rows_per_group);
+        return rec.dispatch(&k.get(kernel)?, &bindings, &push, grid(rec, tuning, groups)?);
+    }
+    dispatch_rows(rec, tuning, &k.get("rmsnorm")?, &bindings, &push, rows as u64, tbits)
 }
 
 /// `n` as f32, rounded as `numerics::reduce::count` rounds it (`n as f32`), passed to the

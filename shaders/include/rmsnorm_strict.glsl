@@ -1,0 +1,33 @@
+// rmsnorm_strict.glsl -- RMSNORM over rows of n, one pass: each row is read once into registers
+// (strictrow.glsl) and gets exactly rmsnorm.comp's bits (exec::cpu::reference::rmsnorm):
+// ms = div(sum tree(x * x), n), rs = rsqrt(ms + eps), y = x * rs, then * gamma. Both tiers run
+// it (RMSNORM has no fast-tier kernel of its own). Compiled once per shape as
+// shaders/rmsnorm_strict_<T>x<PER>.comp; ops::rows takes the one for the row's length.
+#ifndef ADEADVM_RMSNORM_STRICT_GLSL
+#define ADEADVM_RMSNORM_STRICT_GLSL
+#include "strictrow.glsl"
+#include "rmsnorm_common.glsl"
+
+void main() {
+    STRICT_ROW_BEGIN
+    SROW_LANES(squares, TREE_ADD)
+#define RMSNORM_SQUARE(i)                                                  \
+    if (srow_elem(i) < n) {                                                \
+        squares[srow_lane(i)] = tree_op(TREE_ADD, squares[srow_lane(i)], strict_mul(c[i], c[i])); \
+    }
+    STRICT_ROW_LOOP(RMSNORM_SQUARE)
+    float ms = strict_div(strict_row_reduce(TREE_ADD, squares, 0u), p.nf);
+    float rs = strict_rsqrt(strict_add(ms, p.eps));
+    bool has_gamma = (p.flags & 1u) != 0u;
+#define RMSNORM_OUT(i)                                                     \
+    if (srow_elem(i) < n) {                                                \
+        float o = strict_mul(c[i], rs);                                    \
+        if (has_gamma) {                                                   \
+            o = strict_mul(o, gamma[srow_elem(i)]);                        \
+        }                                                                  \
+        y[base + srow_elem(i)] = o;                                        \
+    }
+    STRICT_ROW_LOOP(RMSNORM_OUT)
+}
+
+#endif // ADEADVM_RMSNORM_STRICT_GLSL
