@@ -7,7 +7,7 @@
 #include "rowtree.glsl"
 
 layout(local_size_x = 256) in;
-#include "layernorm_common.glsl"
+#include "norm_common.glsl"
 
 uint g_base;
 float g_mu;

@@ -6,7 +6,8 @@
 #include "rowtree.glsl"
 
 layout(local_size_x = 256) in;
-#include "rmsnorm_common.glsl"
+#define NORM_NO_BETA
+#include "norm_common.glsl"
 
 uint g_base;
 

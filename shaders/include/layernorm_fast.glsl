@@ -7,7 +7,7 @@
 #ifndef ADEADVM_LAYERNORM_FAST_GLSL
 #define ADEADVM_LAYERNORM_FAST_GLSL
 #include "fastrow.glsl"
-#include "layernorm_common.glsl"
+#include "norm_common.glsl"
 
 void main() {
     uint row = fast_row();

@@ -7,7 +7,7 @@
 #ifndef ADEADVM_LAYERNORM_STRICT_GLSL
 #define ADEADVM_LAYERNORM_STRICT_GLSL
 #include "strictrow.glsl"
-#include "layernorm_common.glsl"
+#include "norm_common.glsl"
 
 void main() {
     STRICT_ROW_BEGIN

@@ -6,7 +6,8 @@
 #ifndef ADEADVM_RMSNORM_STRICT_GLSL
 #define ADEADVM_RMSNORM_STRICT_GLSL
 #include "strictrow.glsl"
-#include "rmsnorm_common.glsl"
+#define NORM_NO_BETA
+#include "norm_common.glsl"
 
 void main() {
     STRICT_ROW_BEGIN
