@@ -1084,9 +1084,9 @@ fn one_pass_strict_rows_match_reference_bits() {
     }
 }
 
-/// The fast tier's one-pass SOFTMAX and LAYERNORM (rows of ONE_PASS_ROW_MIN to ONE_PASS_ROW_MAX): within
-/// a small relative error of float64, with a broadcast mask and scale, gamma and beta, and the
-/// same bits on a second run.
+/// The fast tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of ONE_PASS_ROW_MIN to
+/// ONE_PASS_ROW_MAX): within a small relative error of float64, with a broadcast mask and scale,
+/// gamma and beta, and the same bits on a second run.
 #[test]
 fn fast_row_kernels_are_repeatable_and_accurate() {
     let Some(ex) = exec() else { return };
@@ -1122,6 +1122,9 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
                     &tuning,
                 )
                 .unwrap();
+            } else if which == 2 {
+                rows::rmsnorm_in(k, &mut rec, Tier::Fast, &dst, &sx, nrows, n, Some(&sg), 1e-5, &tuning)
+                    .unwrap();
             } else {
                 rows::layernorm_in(
                     k,
@@ -1140,7 +1143,7 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
             }
             fetch(ex, &mut rec, &dst)
         };
-        for which in [0u8, 1] {
+        for which in [0u8, 1, 2] {
             let got = run(which);
             let again = run(which);
             assert!(got.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "n {n}: not repeatable");
@@ -1153,6 +1156,10 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
                     let e: Vec<f64> = logit.iter().map(|l| (l - m).exp()).collect();
                     let s: f64 = e.iter().sum();
                     e.iter().map(|v| v / s).collect()
+                } else if which == 2 {
+                    let ms = row.iter().map(|v| v * v).sum::<f64>() / n as f64;
+                    let rs = 1.0 / (ms + 1e-5f32 as f64).sqrt();
+                    (0..n).map(|i| row[i] * rs * f64::from(gamma[i])).collect()
                 } else {
                     let mu = row.iter().sum::<f64>() / n as f64;
                     let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n as f64;
@@ -1161,11 +1168,15 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
                 };
                 for i in 0..n {
                     let (g, w) = (f64::from(got[r * n + i]), want[i]);
-                    let scale = if which == 0 { w.abs() } else { w.abs() + f64::from(beta[i]).abs() + 1.0 };
+                    let scale = match which {
+                        0 => w.abs(),
+                        2 => w.abs() + 1.0,
+                        _ => w.abs() + f64::from(beta[i]).abs() + 1.0,
+                    };
                     assert!(
                         (g - w).abs() <= 2e-5 * scale + 1e-30,
                         "{} n {n} row {r} element {i}: {g} where float64 gives {w}",
-                        ["softmax", "layernorm"][usize::from(which)]
+                        ["softmax", "layernorm", "rmsnorm"][usize::from(which)]
                     );
                 }
             }

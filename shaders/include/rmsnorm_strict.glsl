@@ -1,8 +1,8 @@
-// rmsnorm_strict.glsl -- RMSNORM over rows of n, one pass: each row is read once into registers
-// (strictrow.glsl) and gets exactly rmsnorm.comp's bits (exec::cpu::reference::rmsnorm):
-// ms = div(sum tree(x * x), n), rs = rsqrt(ms + eps), y = x * rs, then * gamma. Both tiers run
-// it (RMSNORM has no fast-tier kernel of its own). Compiled once per shape as
-// shaders/rmsnorm_strict_<T>x<PER>.comp; ops::rows takes the one for the row's length.
+// rmsnorm_strict.glsl -- RMSNORM over rows of n in the strict tier, one pass: each row is read
+// once into registers (strictrow.glsl) and gets exactly rmsnorm.comp's bits
+// (exec::cpu::reference::rmsnorm): ms = div(sum tree(x * x), n), rs = rsqrt(ms + eps),
+// y = x * rs, then * gamma. Compiled once per shape as shaders/rmsnorm_strict_<T>x<PER>.comp;
+// ops::rows takes the one for the row's length.
 #ifndef ADEADVM_RMSNORM_STRICT_GLSL
 #define ADEADVM_RMSNORM_STRICT_GLSL
 #include "strictrow.glsl"

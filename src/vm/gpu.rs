@@ -1007,7 +1007,8 @@ impl Vm {
                 let vx = self.src_f32(p, f, x, dst, false)?;
                 let vg = gamma.map(|t| self.src_f32(p, f, t, dst, false)).transpose()?;
                 self.with_dst_f32(f, p, dst, |g, d| {
-                    rows::rmsnorm(g.exec.kernels(), &mut g.rec, d, &vx, rows_n, n, vg.as_ref(), eps)
+                    let (k, t) = (g.exec.kernels(), Tuning::default());
+                    rows::rmsnorm_in(k, &mut g.rec, p.tier, d, &vx, rows_n, n, vg.as_ref(), eps, &t)
                 })?;
             }
             Insn::ReduceSum { dst, src, axis }

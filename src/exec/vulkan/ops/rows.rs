@@ -1008,8 +1008,8 @@ pub fn softmax(
     softmax_in(k, rec, Tier::Strict, dst, x, shape, mask, scale, &Tuning::default())
 }
 
-/// The one-pass row kernel of `kind` ("softmax", "layernorm" or "rmsnorm", which has strict ones
-/// only) in `tier` for rows of `n`, and the rows a workgroup of it takes. The fast tier's (shaders/<kind>_fast_<PER>.comp) give a
+/// The one-pass row kernel of `kind` ("softmax", "layernorm" or "rmsnorm") in `tier` for rows
+/// of `n`, and the rows a workgroup of it takes. The fast tier's (shaders/<kind>_fast_<PER>.comp) give a
 /// row 256 threads with the fewest elements a thread (PER: 4, 8, 16 or 32) that hold it (fewer
 /// registers, more rows in flight). The strict tier's (<kind>_strict_<T>x<PER>.comp) keep 16
 /// elements a thread on fewer threads a row (T: 64, 128 or 256; 256 / T rows a workgroup) up to
@@ -1185,9 +1185,7 @@ pub fn layernorm_in(
 }
 
 /// RMSNORM over rows of `n`: exactly `reference::rmsnorm` (`numerics::rmsnorm_row`: mean
-/// square by the tree over `mul(x, x)`, `div` by `n`, `rsqrt(ms + eps)`, then `* gamma`), in
-/// either tier. Rows of [`ONE_PASS_ROW_MIN`] to [`ONE_PASS_ROW_MAX`] elements take a one-pass
-/// kernel (shaders/rmsnorm_strict_*.comp), other rows the tree kernel.
+/// square by the tree over `mul(x, x)`, `div` by `n`, `rsqrt(ms + eps)`, then `* gamma`).
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm(
     k: &Kernels,
@@ -1199,14 +1197,34 @@ pub fn rmsnorm(
     gamma: Option<&Slice>,
     eps: f32,
 ) -> Result<(), VulkanError> {
-    rmsnorm_with(k, rec, dst, x, rows, n, gamma, eps, &Tuning::default())
+    rmsnorm_in(k, rec, Tier::Strict, dst, x, rows, n, gamma, eps, &Tuning::default())
 }
 
-/// [`rmsnorm`] with a [`Tuning`].
+/// [`rmsnorm`] (strict) with a [`Tuning`].
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_with(
     k: &Kernels,
     rec: &mut Recorder,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+    gamma: Option<&Slice>,
+    eps: f32,
+    tuning: &Tuning,
+) -> Result<(), VulkanError> {
+    rmsnorm_in(k, rec, Tier::Strict, dst, x, rows, n, gamma, eps, tuning)
+}
+
+/// [`rmsnorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to
+/// [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/rmsnorm_strict_*.comp (the tree
+/// kernel's bits) or rmsnorm_fast_*.comp (the device's inversesqrt, a fixed order of its own);
+/// other rows take the tree kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm_in(
+    k: &Kernels,
+    rec: &mut Recorder,
+    tier: Tier,
     dst: &Slice,
     x: &Slice,
     rows: usize,
@@ -1224,8 +1242,7 @@ pub fn rmsnorm_with(
         [w(rows as u64), w(n as u64), tbits, u32::from(gamma.is_some()), count(n).to_bits(), eps.to_bits()];
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(gamma.unwrap_or(x))];
     if one_pass_row(rec, tuning, n as u64) {
-        // The same bits in either tier: RMSNORM has only the strict kernels.
-        let (kernel, rows_per_group) = one_pass_row_kernel("rmsnorm", Tier::Strict, n as u64)?;
+        let (kernel, rows_per_group) = one_pass_row_kernel("rmsnorm", tier, n as u64)?;
         let groups = (rows as u64).div_ceil(rows_per_group);
         return rec.dispatch(&k.get(kernel)?, &bindings, &push, grid(rec, tuning, groups)?);
     }

@@ -1,0 +1,39 @@
+// rmsnorm_fast.glsl -- RMSNORM over rows of n in the fast tier, one pass: each row is read once
+// into registers (fastrow.glsl), its mean square reduced in fastrow's fixed order, inversesqrt
+// the device's own; the same bits run to run on one device, not the CPU's bits. Same bindings
+// and push constants as rmsnorm.comp (tbits unused). Compiled once per FAST_PER (elements a
+// thread: 4, 8, 16, 32) as shaders/rmsnorm_fast_<PER>.comp; ops::rows takes the smallest that
+// holds the row.
+#ifndef ADEADVM_RMSNORM_FAST_GLSL
+#define ADEADVM_RMSNORM_FAST_GLSL
+#include "fastrow.glsl"
+#define NORM_NO_BETA
+#include "norm_common.glsl"
+
+void main() {
+    uint row = fast_row();
+    if (row >= p.rows) {
+        return; // the grid's spare workgroups (uniform: before any barrier)
+    }
+    uint t = gl_LocalInvocationIndex, n = p.n, base = row * n;
+    float v[FAST_PER];
+    float q = 0.0;
+    [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
+        uint e = j * 256u + t;
+        v[j] = e < n ? x[base + e] : 0.0;
+        q += v[j] * v[j];
+    }
+    float rs = inversesqrt(fast_reduce(q, false, 0u) / p.nf + p.eps);
+    [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
+        uint e = j * 256u + t;
+        if (e < n) {
+            float o = v[j] * rs;
+            if ((p.flags & 1u) != 0u) {
+                o *= gamma[e];
+            }
+            y[base + e] = o;
+        }
+    }
+}
+
+#endif // ADEADVM_RMSNORM_FAST_GLSL
