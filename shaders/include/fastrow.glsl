@@ -24,6 +24,16 @@ layout(local_size_x = 256) in;
 // partials another thread may still be reading: one barrier each.
 shared float fast_part[2][256];
 
+// FAST_ROW_BEGIN: the kernels' common start (their push constants have `rows` and `n`): a
+// workgroup past the last row returns (uniformly, before any barrier); then `row`, `t` (the
+// thread), `n` and `base` (the row's first element).
+#define FAST_ROW_BEGIN                                                                     \
+    uint row = fast_row();                                                                  \
+    if (row >= p.rows) {                                                                    \
+        return;                                                                             \
+    }                                                                                       \
+    uint t = gl_LocalInvocationIndex, n = p.n, base = row * n;
+
 // The row of this workgroup (the grid is x, then y, then z).
 uint fast_row() {
     return (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * gl_NumWorkGroups.x + gl_WorkGroupID.x;

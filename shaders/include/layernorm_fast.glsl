@@ -10,11 +10,7 @@
 #include "norm_common.glsl"
 
 void main() {
-    uint row = fast_row();
-    if (row >= p.rows) {
-        return; // the grid's spare workgroups (uniform: before any barrier)
-    }
-    uint t = gl_LocalInvocationIndex, n = p.n, base = row * n;
+    FAST_ROW_BEGIN
     float v[FAST_PER];
     float s = 0.0;
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {

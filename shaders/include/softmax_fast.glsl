@@ -11,11 +11,7 @@
 #include "softmax_common.glsl"
 
 void main() {
-    uint row = fast_row();
-    if (row >= p.rows) {
-        return; // the grid's spare workgroups (uniform: before any barrier)
-    }
-    uint t = gl_LocalInvocationIndex, n = p.n, base = row * n;
+    FAST_ROW_BEGIN
     bool masked = (p.flags & 1u) != 0u;
     uint mbase = masked ? mask_row_offset(row) : 0u;
     float v[FAST_PER];

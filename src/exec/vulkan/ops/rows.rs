@@ -1043,6 +1043,32 @@ fn one_pass_row(rec: &Recorder, tuning: &Tuning, n: u64) -> bool {
         && rec.device().info().subgroup_shuffle
 }
 
+/// Dispatches the row kernel of `kind` ("softmax", "layernorm" or "rmsnorm") over `rows` rows of
+/// `n`: its one-pass kernel where [`one_pass_row`] takes the rows, else its tree kernel
+/// (shaders/<kind>.comp) with `tbits`.
+#[allow(clippy::too_many_arguments)]
+fn dispatch_row_op(
+    k: &Kernels,
+    rec: &mut Recorder,
+    tier: Tier,
+    tuning: &Tuning,
+    kind: &'static str,
+    bindings: &[Binding],
+    push: &[u32],
+    (rows, n, tbits): (u64, u64, u32),
+) -> Result<(), VulkanError> {
+    if one_pass_row(rec, tuning, n) {
+        let (kernel, rows_per_group) = one_pass_row_kernel(kind, tier, n)?;
+        return rec.dispatch(
+            &k.get(kernel)?,
+            bindings,
+            push,
+            grid(rec, tuning, rows.div_ceil(rows_per_group))?,
+        );
+    }
+    dispatch_rows(rec, tuning, &k.get(kind)?, bindings, push, rows, tbits)
+}
+
 /// [`softmax`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to [`ONE_PASS_ROW_MAX`]
 /// elements take a one-pass kernel (the row read once into registers): shaders/softmax_strict_*.comp
 /// (the tree kernel's bits) or softmax_fast_*.comp (the device's exp, a fixed order of its own:
@@ -1115,16 +1141,7 @@ pub fn softmax_in(
     push.extend([w(rows), w(n), tbits, flags, scale.to_bits(), mask_last]);
     let mask_slice = mask.map_or(x, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(mask_slice)];
-    if one_pass_row(rec, tuning, n) {
-        let (kernel, rows_per_group) = one_pass_row_kernel("softmax", tier, n)?;
-        return rec.dispatch(
-            &k.get(kernel)?,
-            &bindings,
-            &push,
-            grid(rec, tuning, rows.div_ceil(rows_per_group))?,
-        );
-    }
-    dispatch_rows(rec, tuning, &k.get("softmax")?, &bindings, &push, rows, tbits)
+    dispatch_row_op(k, rec, tier, tuning, "softmax", &bindings, &push, (rows, n, tbits))
 }
 
 /// LAYERNORM over rows of `n`: exactly `reference::layernorm` (`numerics::layernorm_row`:
@@ -1176,12 +1193,7 @@ pub fn layernorm_in(
         Binding::read(gamma.unwrap_or(x)),
         Binding::read(beta.unwrap_or(x)),
     ];
-    if one_pass_row(rec, tuning, n as u64) {
-        let (kernel, rows_per_group) = one_pass_row_kernel("layernorm", tier, n as u64)?;
-        let groups = (rows as u64).div_ceil(rows_per_group);
-        return rec.dispatch(&k.get(kernel)?, &bindings, &push, grid(rec, tuning, groups)?);
-    }
-    dispatch_rows(rec, tuning, &k.get("layernorm")?, &bindings, &push, rows as u64, tbits)
+    dispatch_row_op(k, rec, tier, tuning, "layernorm", &bindings, &push, (rows as u64, n as u64, tbits))
 }
 
 /// RMSNORM over rows of `n`: exactly `reference::rmsnorm` (`numerics::rmsnorm_row`: mean
@@ -1241,12 +1253,7 @@ pub fn rmsnorm_in(
     let push =
         [w(rows as u64), w(n as u64), tbits, u32::from(gamma.is_some()), count(n).to_bits(), eps.to_bits()];
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(gamma.unwrap_or(x))];
-    if one_pass_row(rec, tuning, n as u64) {
-        let (kernel, rows_per_group) = one_pass_row_kernel("rmsnorm", tier, n as u64)?;
-        let groups = (rows as u64).div_ceil(rows_per_group);
-        return rec.dispatch(&k.get(kernel)?, &bindings, &push, grid(rec, tuning, groups)?);
-    }
-    dispatch_rows(rec, tuning, &k.get("rmsnorm")?, &bindings, &push, rows as u64, tbits)
+    dispatch_row_op(k, rec, tier, tuning, "rmsnorm", &bindings, &push, (rows as u64, n as u64, tbits))
 }
 
 /// `n` as f32, rounded as `numerics::reduce::count` rounds it (`n as f32`), passed to the
