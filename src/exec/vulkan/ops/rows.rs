@@ -260,7 +260,7 @@ const LARGE_MIN_TILES: u64 = 384;
 /// (strict) faster than LARGE on an H200; at 1024^2 (64 tiles) 40% slower.
 const HUGE_MIN_TILES: u64 = 256;
 
-/// Rows the one-pass row kernels take (SOFTMAX and LAYERNORM, either tier): from
+/// Rows the one-pass row kernels take (SOFTMAX, LAYERNORM and RMSNORM, either tier): from
 /// [`ONE_PASS_ROW_MIN`] elements (shorter rows leave most of a 256-thread workgroup idle; the
 /// tree kernels share a workgroup between rows) to [`ONE_PASS_ROW_MAX`] (32 elements a thread in
 /// registers, shaders/include/fastrow.glsl and strictrow.glsl).
@@ -1008,29 +1008,74 @@ pub fn softmax(
     softmax_in(k, rec, Tier::Strict, dst, x, shape, mask, scale, &Tuning::default())
 }
 
-/// The one-pass row kernel of `kind` ("softmax", "layernorm" or "rmsnorm") in `tier` for rows
-/// of `n`, and the rows a workgroup of it takes. The fast tier's (shaders/<kind>_fast_<PER>.comp) give a
-/// row 256 threads with the fewest elements a thread (PER: 4, 8, 16 or 32) that hold it (fewer
-/// registers, more rows in flight). The strict tier's (<kind>_strict_<T>x<PER>.comp) keep 16
-/// elements a thread on fewer threads a row (T: 64, 128 or 256; 256 / T rows a workgroup) up to
-/// rows of 4096, 32 beyond: the tree's per-row work (its barriers, the strict division and
-/// square root) is then spread over more elements (H200, strict LAYERNORM over rows of 1024: 293
-/// GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16).
-fn one_pass_row_kernel(kind: &str, tier: Tier, n: u64) -> Result<(&'static str, u64), VulkanError> {
-    let (name, rows_per_group) = match tier {
-        Tier::Fast => (format!("{kind}_fast_{}", n.div_ceil(256).next_power_of_two().clamp(4, 32)), 1),
-        Tier::Strict => {
-            let threads = (n.div_ceil(16).next_power_of_two()).clamp(64, 256);
-            let per = n.div_ceil(threads).next_power_of_two().max(16);
-            (format!("{kind}_strict_{threads}x{per}"), 256 / threads)
+/// The row operations that have one-pass kernels besides their tree kernel.
+#[derive(Clone, Copy)]
+enum RowOp {
+    Softmax,
+    Layernorm,
+    Rmsnorm,
+}
+
+impl RowOp {
+    /// The tree kernel (shaders/<name>.comp, rowtree.glsl): any row length, any threads a row.
+    fn tree_kernel(self) -> &'static str {
+        match self {
+            RowOp::Softmax => "softmax",
+            RowOp::Layernorm => "layernorm",
+            RowOp::Rmsnorm => "rmsnorm",
         }
-    };
-    let found = crate::exec::vulkan::SHADERS.iter().map(|(s, _)| *s).find(|s| *s == name);
-    let found = found.ok_or_else(|| VulkanError::PipelineCreation {
-        kernel: name,
-        reason: "no such embedded shader".into(),
-    })?;
-    Ok((found, rows_per_group))
+    }
+
+    /// The one-pass kernel in `tier` for rows of `n` (ONE_PASS_ROW_MIN to ONE_PASS_ROW_MAX),
+    /// and the rows a workgroup of it takes. Each tier has one kernel for rows up to 1024, 2048,
+    /// 4096 and 8192 elements. The fast tier's (shaders/<op>_fast_<PER>.comp) give a row 256
+    /// threads with 4, 8, 16 or 32 elements each: the fewest that hold the row (fewer registers,
+    /// more rows in flight). The strict tier's (<op>_strict_<T>x<PER>.comp) keep 16 elements a
+    /// thread on fewer threads a row up to rows of 4096 (T: 64, 128 or 256; 256 / T rows a
+    /// workgroup), 32 beyond: the tree's per-row work (its barriers, the strict division and
+    /// square root) is then spread over more elements (H200, strict LAYERNORM over rows of 1024:
+    /// 293 GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16).
+    fn one_pass_kernel(self, tier: Tier, n: u64) -> (&'static str, u64) {
+        let class = match n {
+            ..=1024 => 0,
+            1025..=2048 => 1,
+            2049..=4096 => 2,
+            _ => 3,
+        };
+        let (fast, strict): ([&'static str; 4], [&'static str; 4]) = match self {
+            RowOp::Softmax => (
+                ["softmax_fast_4", "softmax_fast_8", "softmax_fast_16", "softmax_fast_32"],
+                [
+                    "softmax_strict_64x16",
+                    "softmax_strict_128x16",
+                    "softmax_strict_256x16",
+                    "softmax_strict_256x32",
+                ],
+            ),
+            RowOp::Layernorm => (
+                ["layernorm_fast_4", "layernorm_fast_8", "layernorm_fast_16", "layernorm_fast_32"],
+                [
+                    "layernorm_strict_64x16",
+                    "layernorm_strict_128x16",
+                    "layernorm_strict_256x16",
+                    "layernorm_strict_256x32",
+                ],
+            ),
+            RowOp::Rmsnorm => (
+                ["rmsnorm_fast_4", "rmsnorm_fast_8", "rmsnorm_fast_16", "rmsnorm_fast_32"],
+                [
+                    "rmsnorm_strict_64x16",
+                    "rmsnorm_strict_128x16",
+                    "rmsnorm_strict_256x16",
+                    "rmsnorm_strict_256x32",
+                ],
+            ),
+        };
+        match tier {
+            Tier::Fast => (fast[class], 1),
+            Tier::Strict => (strict[class], [4, 2, 1, 1][class]),
+        }
+    }
 }
 
 /// Whether the one-pass row kernels (shaders/include/fastrow.glsl, strictrow.glsl) take rows of
@@ -1043,30 +1088,25 @@ fn one_pass_row(rec: &Recorder, tuning: &Tuning, n: u64) -> bool {
         && rec.device().info().subgroup_shuffle
 }
 
-/// Dispatches the row kernel of `kind` ("softmax", "layernorm" or "rmsnorm") over `rows` rows of
-/// `n`: its one-pass kernel where [`one_pass_row`] takes the rows, else its tree kernel
-/// (shaders/<kind>.comp) with `tbits`.
+/// Dispatches the kernel of `op` over `rows` rows of `n`: its one-pass kernel where
+/// [`one_pass_row`] takes the rows, else its tree kernel with `tbits`.
 #[allow(clippy::too_many_arguments)]
 fn dispatch_row_op(
     k: &Kernels,
     rec: &mut Recorder,
     tier: Tier,
     tuning: &Tuning,
-    kind: &'static str,
+    op: RowOp,
     bindings: &[Binding],
     push: &[u32],
     (rows, n, tbits): (u64, u64, u32),
 ) -> Result<(), VulkanError> {
     if one_pass_row(rec, tuning, n) {
-        let (kernel, rows_per_group) = one_pass_row_kernel(kind, tier, n)?;
-        return rec.dispatch(
-            &k.get(kernel)?,
-            bindings,
-            push,
-            grid(rec, tuning, rows.div_ceil(rows_per_group))?,
-        );
+        let (kernel, rows_per_group) = op.one_pass_kernel(tier, n);
+        let groups = grid(rec, tuning, rows.div_ceil(rows_per_group))?;
+        return rec.dispatch(&k.get(kernel)?, bindings, push, groups);
     }
-    dispatch_rows(rec, tuning, &k.get(kind)?, bindings, push, rows, tbits)
+    dispatch_rows(rec, tuning, &k.get(op.tree_kernel())?, bindings, push, rows, tbits)
 }
 
 /// [`softmax`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to [`ONE_PASS_ROW_MAX`]
@@ -1141,7 +1181,7 @@ pub fn softmax_in(
     push.extend([w(rows), w(n), tbits, flags, scale.to_bits(), mask_last]);
     let mask_slice = mask.map_or(x, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(mask_slice)];
-    dispatch_row_op(k, rec, tier, tuning, "softmax", &bindings, &push, (rows, n, tbits))
+    dispatch_row_op(k, rec, tier, tuning, RowOp::Softmax, &bindings, &push, (rows, n, tbits))
 }
 
 /// LAYERNORM over rows of `n`: exactly `reference::layernorm` (`numerics::layernorm_row`:
@@ -1193,7 +1233,7 @@ pub fn layernorm_in(
         Binding::read(gamma.unwrap_or(x)),
         Binding::read(beta.unwrap_or(x)),
     ];
-    dispatch_row_op(k, rec, tier, tuning, "layernorm", &bindings, &push, (rows as u64, n as u64, tbits))
+    dispatch_row_op(k, rec, tier, tuning, RowOp::Layernorm, &bindings, &push, (rows as u64, n as u64, tbits))
 }
 
 /// RMSNORM over rows of `n`: exactly `reference::rmsnorm` (`numerics::rmsnorm_row`: mean
@@ -1253,7 +1293,7 @@ pub fn rmsnorm_in(
     let push =
         [w(rows as u64), w(n as u64), tbits, u32::from(gamma.is_some()), count(n).to_bits(), eps.to_bits()];
     let bindings = [Binding::write(dst), Binding::read(x), Binding::read(gamma.unwrap_or(x))];
-    dispatch_row_op(k, rec, tier, tuning, "rmsnorm", &bindings, &push, (rows as u64, n as u64, tbits))
+    dispatch_row_op(k, rec, tier, tuning, RowOp::Rmsnorm, &bindings, &push, (rows as u64, n as u64, tbits))
 }
 
 /// `n` as f32, rounded as `numerics::reduce::count` rounds it (`n as f32`), passed to the
