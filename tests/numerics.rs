@@ -632,25 +632,162 @@ fn strict_ops_equal_hardware_flush_to_zero() {
     }
 }
 
-/// shaders/include/strict.glsl's `strict_i_exp_normal`: `numerics::exp`'s steps on plain IEEE
-/// add, sub and mul (Rust never fuses them), which the GPU takes where |x| >= 2^-40 and x is
-/// within exp's range checks, on the claim that every operand and result there is a normal
-/// float or zero, so that the strict operations' canonicalizing and flushing change nothing.
+/// shaders/include/strict.glsl's `strict_exp` where it keeps its steps' result: `numerics::exp`'s
+/// steps on plain IEEE add, sub and mul (Rust never fuses them), which the GPU takes where
+/// |x| >= 2^-40 and x is within exp's range checks, on the claim that every operand and result
+/// there is a normal float or zero, so that the strict operations' canonicalizing and flushing
+/// change nothing; k's integer is read from t's low bits, as the shader does.
 fn exp_on_plain_ops(x: f32) -> f32 {
     let f = f32::from_bits;
-    let k = (x * f(0x3fb8_aa3b) + f(0x4b40_0000)) - f(0x4b40_0000);
+    let t = x * f(0x3fb8_aa3b) + f(0x4b40_0000);
+    let k = t - f(0x4b40_0000);
     let r = (x - k * f(0x3f31_7200)) - k * f(0x35bf_be8e);
     let mut q = f(0x3950_0d01);
     for c in [0x3ab6_0b61, 0x3c08_8889, 0x3d2a_aaab, 0x3e2a_aaab, 0x3f00_0000] {
         q = f(c) + q * r;
     }
     let m = 1.0 + (r + (r * r) * q);
-    let e = ((m.to_bits() >> 23) & 0xff) as i32 + k as i32;
+    let e = ((m.to_bits() >> 23) & 0xff) as i32 + (t.to_bits() as i32 - 0x4b40_0000);
     match e {
         255.. => f32::INFINITY,
         ..=0 => 0.0,
         _ => f((m.to_bits() & 0x007f_ffff) | ((e as u32) << 23)),
     }
+}
+
+/// `strict_exp` on the GPU gives 1 for every |x| < 2^-40 (no steps): every `stride`-th such float,
+/// of both signs, denormals and zeros included, is 1 under `numerics::exp` too.
+fn exp_below_2_pow_minus_40_is_one(stride: usize) {
+    for sign in [0u32, 0x8000_0000] {
+        for b in (0u32..0x2b80_0000).step_by(stride).chain([0x2b7f_ffff, 0x0080_0000, 1]) {
+            let x = f32::from_bits(b | sign);
+            assert_eq!(nm::exp(x).to_bits(), 1f32.to_bits(), "exp({x:e} = {:#010x})", x.to_bits());
+        }
+    }
+}
+
+#[test]
+fn gpu_exp_of_tiny_is_one_sampled() {
+    exp_below_2_pow_minus_40_is_one(1009);
+}
+
+/// All 1.46 billion floats below 2^-40 in magnitude (about a minute in release).
+#[test]
+#[ignore]
+fn gpu_exp_of_tiny_is_one_exhaustive() {
+    exp_below_2_pow_minus_40_is_one(1);
+}
+
+/// shaders/include/strict.glsl's division and square roots after their special cases: the steps
+/// of `numerics::div`, `sqrt` and `rsqrt` on significands, on plain IEEE operations (the
+/// shader's claim: every operand and result there is a normal float or zero). Each returns the
+/// significand of the result, before the exponent is put back.
+mod plain_roots {
+    const MANT: u32 = 0x007f_ffff;
+    fn two_prod(a: f32, b: f32) -> (f32, f32) {
+        let c = 4097.0f32;
+        let t = c * a;
+        let ah = t - (t - a);
+        let al = a - ah;
+        let t = c * b;
+        let bh = t - (t - b);
+        let bl = b - bh;
+        let p = a * b;
+        (p, (((ah * bh - p) + ah * bl) + al * bh) + al * bl)
+    }
+    fn ulps(v: f32) -> (f32, f32) {
+        let e = (v.to_bits() >> 23) & 0xff;
+        let up = f32::from_bits((e - 23) << 23);
+        (up, if v.to_bits() & MANT == 0 { f32::from_bits((e - 24) << 23) } else { up })
+    }
+    fn rsqrt_seed(m: f32) -> f32 {
+        let mut y = f32::from_bits(0x5f37_59df - (m.to_bits() >> 1));
+        let hm = 0.5 * m;
+        for _ in 0..3 {
+            y = y * (1.5 - (hm * y) * y);
+        }
+        y
+    }
+    /// ma / mb for ma, mb in [1, 2).
+    pub fn div(ma: f32, mb: f32) -> f32 {
+        let mut y = f32::from_bits(0x3fb4_b4b5) - f32::from_bits(0x3ef0_f0f1) * mb;
+        for _ in 0..3 {
+            y = y + y * (1.0 - mb * y);
+        }
+        let q0 = ma * y;
+        let (ph, pl) = two_prod(q0, mb);
+        let q = q0 + ((ma - ph) - pl) * y;
+        let (ph, pl) = two_prod(q, mb);
+        let r = (ma - ph) - pl;
+        let (u, ud) = ulps(q);
+        if r > mb * (0.5 * u) {
+            q + u
+        } else if -r > mb * (0.5 * ud) {
+            q - ud
+        } else {
+            q
+        }
+    }
+    /// sqrt(m) for m in [1, 4).
+    pub fn sqrt(m: f32) -> f32 {
+        let y = rsqrt_seed(m);
+        let s0 = m * y;
+        let (ph, pl) = two_prod(s0, s0);
+        let s = s0 + ((m - ph) - pl) * (0.5 * y);
+        let (ph, pl) = two_prod(s, s);
+        let r = (m - ph) - pl;
+        let (u, ud) = ulps(s);
+        if r > s * u {
+            s + u
+        } else if r <= -(s * ud) {
+            s - ud
+        } else {
+            s
+        }
+    }
+    /// 1 / sqrt(m) for m in [1, 4).
+    pub fn rsqrt(m: f32) -> f32 {
+        let y = rsqrt_seed(m);
+        let (yh, yl) = two_prod(y, y);
+        let (ph, pl) = two_prod(m, yh);
+        let e = ((1.0 - ph) - pl) - m * yl;
+        y + y * (0.5 * e)
+    }
+}
+
+/// Every `stride`-th significand in [1, 4) (sqrt, rsqrt), and in [1, 2) as a divisor of 65
+/// dividends (div): the plain steps give numerics' bits (in [1, 4) the
+/// exponent put back is the identity, or a halving for rsqrt's odd binade, which is exact).
+fn plain_roots_agree(stride: usize) {
+    let f = f32::from_bits;
+    for b in (0x3f80_0000u32..0x4080_0000).step_by(stride) {
+        let m = f(b);
+        assert_eq!(nm::sqrt(m).to_bits(), plain_roots::sqrt(m).to_bits(), "sqrt({m:e})");
+        // rsqrt's scale_bits puts back -h, h = 0 here: the significand is the result.
+        assert_eq!(nm::rsqrt(m).to_bits(), plain_roots::rsqrt(m).to_bits(), "rsqrt({m:e})");
+    }
+    // 64 dividends spread over [1, 2) (and its ends), against every `stride`-th divisor.
+    let dividends: Vec<f32> =
+        (0x3f80_0000u32..0x4000_0000).step_by(131_071).map(f).chain([f(0x3fff_ffff)]).collect();
+    for b in (0x3f80_0000u32..0x4000_0000).step_by(stride) {
+        for &a in &dividends {
+            let mb = f(b);
+            // a / mb for significands: scale_bits adds exponent 0 (a, mb in [1, 2)).
+            assert_eq!(nm::div(a, mb).to_bits(), plain_roots::div(a, mb).to_bits(), "div({a:e}, {mb:e})");
+        }
+    }
+}
+
+#[test]
+fn gpu_division_and_roots_on_plain_ops_are_strict_sampled() {
+    plain_roots_agree(37);
+}
+
+/// Every significand (about a minute in release).
+#[test]
+#[ignore]
+fn gpu_division_and_roots_on_plain_ops_are_strict_exhaustive() {
+    plain_roots_agree(1);
 }
 
 /// Every `stride`-th float the GPU's plain-arithmetic exp takes: the same bits as the strict exp.

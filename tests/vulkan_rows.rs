@@ -1021,24 +1021,27 @@ fn one_pass_strict_rows_match_reference_bits() {
     // Five rows: the kernels with several rows a workgroup get a padding row.
     let nrows = 5;
     for n in [rows::ONE_PASS_ROW_MIN as usize, 1031, 2048, 3000, 4097, rows::ONE_PASS_ROW_MAX as usize] {
-        // (seed, spice, scale, sensitive). The sensitive cases' results depend on the order of
-        // the sums (a kernel pairing the tree's lanes otherwise fails them), so they have no
-        // mask, gamma or beta, whose terms would hide a last-bit difference: logits within
-        // about 1 of each other, so that the softmax's sum (and the rmsnorm's of the squares)
-        // adds many comparable terms, and every third value 2^20 times larger, so that the
-        // layernorm's sums cancel.
+        // (seed, spice, scale, sensitive, shift). The sensitive cases' results depend on the
+        // order of the sums (a kernel pairing the tree's lanes otherwise fails them), so they
+        // have no mask, gamma or beta, whose terms would hide a last-bit difference: logits
+        // within about 1 of each other, so that the softmax's sum (and the rmsnorm's of the
+        // squares) adds many comparable terms, and every third value 2^20 times larger, so
+        // that the layernorm's sums cancel. The last has only negative values (shifted by
+        // -8), whose max a kernel ordering them wrongly misses.
         let cases = [
-            (61u64, 0u32, 0.5f32, false),
-            (62, 30, -2.0, false),
-            (63, 300, 1.0, false),
-            (64, 0, 1.0 / 128.0, true),
+            (61u64, 0u32, 0.5f32, false, 0.0f32),
+            (62, 30, -2.0, false, 0.0),
+            (63, 300, 1.0, false, 0.0),
+            (64, 0, 1.0 / 128.0, true, 0.0),
+            (65, 0, 1.0, true, -8.0),
         ];
-        for (seed, spice, scale, sensitive) in cases {
+        for (seed, spice, scale, sensitive, shift) in cases {
             let x: Vec<f32> = match sensitive {
-                // Uniform in [-4, 4): no term dwarfs the rest, as values' wide exponents would.
-                true => {
-                    (0..nrows * n).map(|i| (mix(seed ^ i as u64) as f32 / 4294967296.0 - 0.5) * 8.0).collect()
-                }
+                // Uniform in [-4, 4) + shift: no term dwarfs the rest, as values' wide exponents
+                // would.
+                true => (0..nrows * n)
+                    .map(|i| (mix(seed ^ i as u64) as f32 / 4294967296.0 - 0.5) * 8.0 + shift)
+                    .collect(),
                 false => values(seed, nrows * n, spice),
             };
             let mut wide = x.clone();
@@ -1081,6 +1084,36 @@ fn one_pass_strict_rows_match_reference_bits() {
             check(same_bits(&what("layernorm"), &want_ln, &fetch(ex, &mut rec, &d1)));
             check(same_bits(&what("rmsnorm"), &want_rms, &fetch(ex, &mut rec, &d2)));
         }
+    }
+}
+
+/// A layernorm row whose tree lane meets a denormal partial sum: lane 0 adds 1.5 FLT_MIN and
+/// -1.25 FLT_MIN (0.25 FLT_MIN, flushed to zero by the strict add), then 2^-115 (the rest of the
+/// row is zero), so the row's sum, its mean and every output differ where a kernel keeps the
+/// denormal (as lavapipe's arithmetic would without the flush), for each one-pass shape.
+#[test]
+fn one_pass_strict_layernorm_flushes_partial_sums() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let m = f32::MIN_POSITIVE;
+    for n in [rows::ONE_PASS_ROW_MIN as usize, 2048, 4096, rows::ONE_PASS_ROW_MAX as usize] {
+        let mut x = vec![0.0f32; 2 * n];
+        for (row, sign) in [(0, 1.0f32), (1, -1.0)] {
+            let r = &mut x[row * n..(row + 1) * n];
+            (r[0], r[256], r[512]) = (1.5 * m * sign, -1.25 * m * sign, 2048.0 * m * sign);
+        }
+        let mut want = vec![0.0f32; 2 * n];
+        reference::layernorm(&x, n, None, None, 1e-5, &mut want);
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let sx = upload(ex, &mut rec, &x);
+        let d = ex.alloc((2 * n) as u64 * 4).unwrap();
+        rows::layernorm_in(k, &mut rec, Tier::Strict, &d, &sx, 2, n, None, None, 1e-5, &Tuning::default())
+            .unwrap();
+        check(same_bits(
+            &format!("strict layernorm [2, {n}], a denormal partial sum"),
+            &want,
+            &fetch(ex, &mut rec, &d),
+        ));
     }
 }
 

@@ -1,7 +1,9 @@
 // softmax_strict.glsl -- SOFTMAX over the last axis in the strict tier, one pass: each row is
 // read once into registers (strictrow.glsl) and gets exactly softmax.comp's bits
 // (exec::cpu::reference::softmax): the logits strict_mul(x, scale) (+ the mask), their max by
-// the tree, exp(logit - max), their sum by the tree, then each times the sum's recip. Same
+// the tree, exp(logit - max), their sum by the tree, then each times the sum's recip; on
+// strict.glsl's lean forms where they give the same bits (the max on keys, the sum of
+// non-negative values). Same
 // bindings and push constants as softmax.comp (tbits unused). Compiled once per shape as
 // shaders/softmax_strict_<T>x<PER>.comp; ops::rows takes the one for the row's length.
 #ifndef ADEADVM_SOFTMAX_STRICT_GLSL
@@ -13,25 +15,28 @@ void main() {
     STRICT_ROW_BEGIN
     bool masked = (p.flags & 1u) != 0u;
     uint mbase = masked && live ? mask_row_offset(row) : 0u;
-    SROW_LANES(lanes, TREE_MAX)
+    SROW_KEYS(keys)
 #define SOFTMAX_LOGIT(i)                                                   \
     if (srow_elem(i) < n) {                                                \
         c[i] = strict_mul(c[i], p.scale);                                  \
         if (masked) {                                                      \
             c[i] = strict_add(c[i], mask[mbase + srow_elem(i) * p.mask_last]); \
         }                                                                  \
-        lanes[srow_lane(i)] = tree_op(TREE_MAX, lanes[srow_lane(i)], c[i]); \
+        keys[srow_lane(i)] = max(keys[srow_lane(i)], strict_max_key(c[i])); \
     }
     STRICT_ROW_LOOP(SOFTMAX_LOGIT)
-    float m = strict_row_reduce(TREE_MAX, lanes, 0u);
-    SROW_LANES(sums, TREE_ADD)
+    float m = strict_row_max(keys, 0u);
+    SROW_LANES(sums, SROW_ADD_NONNEG)
+    // strict_exp canonicalizes its operand, so the plain difference gives strict_sub's
+    // result; exp's results are +0, positive normal, +inf or NaN (a non-negative sum).
+    // strict_exp_selects: the loop's four elements interleave.
 #define SOFTMAX_EXP(i)                                                     \
     if (srow_elem(i) < n) {                                                \
-        c[i] = strict_exp(strict_sub(c[i], m));                            \
-        sums[srow_lane(i)] = tree_op(TREE_ADD, sums[srow_lane(i)], c[i]);  \
+        c[i] = strict_exp_selects(strict_i_psub(c[i], m));                 \
+        sums[srow_lane(i)] = srow_add(SROW_ADD_NONNEG, sums[srow_lane(i)], c[i]); \
     }
     STRICT_ROW_LOOP(SOFTMAX_EXP)
-    float r = strict_recip(strict_row_reduce(TREE_ADD, sums, 1u));
+    float r = strict_recip(strict_row_sum(SROW_ADD_NONNEG, sums, 1u));
 #define SOFTMAX_OUT(i)                                                     \
     if (srow_elem(i) < n) {                                                \
         y[base + srow_elem(i)] = strict_mul(c[i], r);                      \

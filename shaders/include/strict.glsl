@@ -91,19 +91,67 @@ float strict_min(float a, float b) {
     return (a < b) ? a : b;
 }
 
+// ---- lean forms for the row kernels (shaders/include/strictrow.glsl's users) ----
+// A value is "flushed" when it is not denormal; it may be a NaN of any payload. On flushed
+// operands strict_add is canon(a + b), and the canonicalizing of a NaN can wait: every strict
+// operation here gives a NaN for a NaN operand whatever its payload, and canonicalizes it
+// (strict_mul, max, div, rsqrt, exp and the stores' strict_canon), and every one of add, sub
+// and mul gives a NaN for a NaN operand. So a kernel that canonicalizes where a value leaves
+// the arithmetic gets strict_add's bits with two flushes and a NaN check fewer an operation.
+float strict_add_flushed(float a, float b) {
+    precise float r = a + b;
+    return strict_ftz(r);
+}
+float strict_sub_flushed(float a, float b) {
+    precise float r = a - b;
+    return strict_ftz(r);
+}
+// strict_add for operands that are +0, positive normal, +inf or NaN (exp's results, squares):
+// the sum is at least the larger operand, so never denormal nor -0, and nothing is flushed.
+float strict_add_nonneg(float a, float b) {
+    precise float r = a + b;
+    return r;
+}
+// strict_max on canonical operands is the larger in the total order -inf < .. < -0 < +0 < ..
+// < +inf < NaN (its NaN is only 0x7fc00000), and strict_max_key maps that order to signed
+// integers (a negative float's magnitude bits are reversed; the map is its own inverse). The
+// max of the keys, taken in any order, is the key of strict_max's tree result: max is exact.
+int strict_max_key(float x) {
+    int b = floatBitsToInt(x);
+    return b ^ ((b >> 31) & 0x7fffffff);
+}
+float strict_key_value(int k) { return intBitsToFloat(k ^ ((k >> 31) & 0x7fffffff)); }
+
+// Plain IEEE add, sub and mul on `precise` variables (never fused): strict_add/sub/mul without
+// the canonicalizing and flushing, for operands that are normal floats or zero and whose
+// results are too (no NaN, nothing to flush, no product near FLT_MIN), where they agree.
+float strict_i_padd(float a, float b) { precise float r = a + b; return r; }
+float strict_i_psub(float a, float b) { precise float r = a - b; return r; }
+float strict_i_pmul(float a, float b) { precise float r = a * b; return r; }
+
+// ---- division and square roots ----
+// After their special cases, strict_div, strict_sqrt and strict_rsqrt work on significands m in
+// [1, 4), seeds near 1/m or 1/sqrt(m) in [1/2, 1], quotients and roots in [1/2, 2], their
+// halves split by Veltkamp (a low part is zero or at least 2^-25 in magnitude), and remainders
+// that are zero or at least 2^-60: every operand and result of their adds, subs and muls is a
+// normal float of magnitude at most 2^14, or zero, so those steps take the plain operations,
+// with the bits of numerics' strict ones (a product of two zeros or a zero and a normal float is
+// the same signed zero either way). About a tenth of the instructions: the row kernels wait on
+// these between their passes.
+
 // Dekker's exact product (Veltkamp split, C = 4097): a*b = p + e.
 void strict_i_two_prod(float a, float b, out float p, out float e) {
     float C = S_F(0x45801000u); // 4097
-    float t = strict_mul(C, a);
-    float ah = strict_sub(t, strict_sub(t, a));
-    float al = strict_sub(a, ah);
-    t = strict_mul(C, b);
-    float bh = strict_sub(t, strict_sub(t, b));
-    float bl = strict_sub(b, bh);
-    p = strict_mul(a, b);
-    e = strict_add(strict_add(strict_add(strict_sub(strict_mul(ah, bh), p), strict_mul(ah, bl)),
-                              strict_mul(al, bh)),
-                   strict_mul(al, bl));
+    float t = strict_i_pmul(C, a);
+    float ah = strict_i_psub(t, strict_i_psub(t, a));
+    float al = strict_i_psub(a, ah);
+    t = strict_i_pmul(C, b);
+    float bh = strict_i_psub(t, strict_i_psub(t, b));
+    float bl = strict_i_psub(b, bh);
+    p = strict_i_pmul(a, b);
+    e = strict_i_padd(strict_i_padd(strict_i_padd(strict_i_psub(strict_i_pmul(ah, bh), p), strict_i_pmul(ah, bl)),
+                                    strict_i_pmul(al, bh)),
+                      strict_i_pmul(al, bl));
 }
 
 int strict_i_expfield(float x) { return int((floatBitsToUint(x) >> 23) & 0xffu); }
@@ -124,10 +172,10 @@ void strict_i_ulps(float v, out float up, out float down) {
 }
 
 float strict_i_recip_seed(float m) {
-    float y = strict_sub(S_F(0x3fb4b4b5u), strict_mul(S_F(0x3ef0f0f1u), m)); // 24/17 - 8/17 m
+    float y = strict_i_psub(S_F(0x3fb4b4b5u), strict_i_pmul(S_F(0x3ef0f0f1u), m)); // 24/17 - 8/17 m
     for (int i = 0; i < 3; i++) {
-        float e = strict_sub(1.0, strict_mul(m, y));
-        y = strict_add(y, strict_mul(y, e));
+        float e = strict_i_psub(1.0, strict_i_pmul(m, y));
+        y = strict_i_padd(y, strict_i_pmul(y, e));
     }
     return y;
 }
@@ -146,19 +194,19 @@ float strict_div(float a, float b) {
     if (a_zero || b_inf) return S_F(sign);
     float ma = strict_i_significand(a), mb = strict_i_significand(b);
     float y = strict_i_recip_seed(mb);
-    float q0 = strict_mul(ma, y);
+    float q0 = strict_i_pmul(ma, y);
     float ph, pl;
     strict_i_two_prod(q0, mb, ph, pl);
-    float r = strict_sub(strict_sub(ma, ph), pl);
-    float q = strict_add(q0, strict_mul(r, y));
+    float r = strict_i_psub(strict_i_psub(ma, ph), pl);
+    float q = strict_i_padd(q0, strict_i_pmul(r, y));
     strict_i_two_prod(q, mb, ph, pl);
-    r = strict_sub(strict_sub(ma, ph), pl);
+    r = strict_i_psub(strict_i_psub(ma, ph), pl);
     float u, ud;
     strict_i_ulps(q, u, ud);
-    if (r > strict_mul(mb, strict_mul(0.5, u))) {
-        q = strict_add(q, u);
-    } else if (strict_i_neg(r) > strict_mul(mb, strict_mul(0.5, ud))) {
-        q = strict_sub(q, ud);
+    if (r > strict_i_pmul(mb, strict_i_pmul(0.5, u))) {
+        q = strict_i_padd(q, u);
+    } else if (-r > strict_i_pmul(mb, strict_i_pmul(0.5, ud))) {
+        q = strict_i_psub(q, ud);
     }
     return strict_i_scale_bits(q, strict_i_expfield(a) - strict_i_expfield(b), sign);
 }
@@ -175,9 +223,9 @@ float strict_i_split_even(float x, out int h) {
 
 float strict_i_rsqrt_seed(float m) {
     float y = S_F(0x5f3759dfu - (floatBitsToUint(m) >> 1));
-    float hm = strict_mul(0.5, m);
+    float hm = strict_i_pmul(0.5, m);
     for (int i = 0; i < 3; i++) {
-        y = strict_mul(y, strict_sub(1.5, strict_mul(strict_mul(hm, y), y)));
+        y = strict_i_pmul(y, strict_i_psub(1.5, strict_i_pmul(strict_i_pmul(hm, y), y)));
     }
     return y;
 }
@@ -190,19 +238,19 @@ float strict_sqrt(float x) {
     int h;
     float m = strict_i_split_even(x, h);
     float y = strict_i_rsqrt_seed(m);
-    float s0 = strict_mul(m, y);
+    float s0 = strict_i_pmul(m, y);
     float ph, pl;
     strict_i_two_prod(s0, s0, ph, pl);
-    float r = strict_sub(strict_sub(m, ph), pl);
-    float s = strict_add(s0, strict_mul(r, strict_mul(0.5, y)));
+    float r = strict_i_psub(strict_i_psub(m, ph), pl);
+    float s = strict_i_padd(s0, strict_i_pmul(r, strict_i_pmul(0.5, y)));
     strict_i_two_prod(s, s, ph, pl);
-    r = strict_sub(strict_sub(m, ph), pl);
+    r = strict_i_psub(strict_i_psub(m, ph), pl);
     float u, ud;
     strict_i_ulps(s, u, ud);
-    if (r > strict_mul(s, u)) {
-        s = strict_add(s, u);
-    } else if (r <= strict_i_neg(strict_mul(s, ud))) {
-        s = strict_sub(s, ud);
+    if (r > strict_i_pmul(s, u)) {
+        s = strict_i_padd(s, u);
+    } else if (r <= -strict_i_pmul(s, ud)) {
+        s = strict_i_psub(s, ud);
     }
     return strict_i_scale_bits(s, h, 0u);
 }
@@ -220,8 +268,8 @@ float strict_rsqrt(float x) {
     float yh, yl, ph, pl;
     strict_i_two_prod(y, y, yh, yl);
     strict_i_two_prod(m, yh, ph, pl);
-    float e = strict_sub(strict_sub(strict_sub(1.0, ph), pl), strict_mul(m, yl));
-    float z = strict_add(y, strict_mul(y, strict_mul(0.5, e)));
+    float e = strict_i_psub(strict_i_psub(strict_i_psub(1.0, ph), pl), strict_i_pmul(m, yl));
+    float z = strict_i_padd(y, strict_i_pmul(y, strict_i_pmul(0.5, e)));
     return strict_i_scale_bits(z, -h, 0u);
 }
 
@@ -232,47 +280,63 @@ float strict_rsqrt(float x) {
 #define S_LOG2E S_F(0x3fb8aa3bu)
 #define S_MAGIC S_F(0x4b400000u) // 1.5 * 2^23
 
-// Plain IEEE add, sub and mul on `precise` variables (never fused): strict_add/sub/mul without
-// the canonicalizing and flushing, for operands that are normal floats or zero and whose
-// results are too (no NaN, nothing to flush, no product near FLT_MIN), where they agree.
-float strict_i_padd(float a, float b) { precise float r = a + b; return r; }
-float strict_i_psub(float a, float b) { precise float r = a - b; return r; }
-float strict_i_pmul(float a, float b) { precise float r = a * b; return r; }
+// numerics::exp's steps after its range checks, on plain operations: the result's significand
+// bits (m's) and exponent field e (before the overflow and underflow checks). They are exact
+// where |x| >= 2^-40 within the range checks: every operand and result is then a normal float or
+// zero. k is an integer of magnitude at most 151 (k * LN2_HI and x - k * LN2_HI are exact);
+// r = x when k = 0, else a nonzero r is a multiple of ulp(k * LN2_LO) >= 2^-43; so
+// r * r * q >= 2^-99 and every other product is larger, and every sum of normal operands is
+// zero or at least 2^-99 too. k's integer is t's low bits (t = 1.5 * 2^23 + k exactly): an
+// integer subtraction rather than a conversion. About 30 instructions where numerics'
+// canonicalizing steps take ten times as many.
+float strict_i_exp_steps(float x, out int e) {
+    float t = strict_i_padd(strict_i_pmul(x, S_LOG2E), S_MAGIC);
+    float k = strict_i_psub(t, S_MAGIC);
+    float r = strict_i_psub(strict_i_psub(x, strict_i_pmul(k, S_LN2_HI)), strict_i_pmul(k, S_LN2_LO));
+    // horner(r, [1/2!, ..., 1/7!])
+    float q = S_F(0x39500d01u);
+    q = strict_i_padd(S_F(0x3ab60b61u), strict_i_pmul(q, r));
+    q = strict_i_padd(S_F(0x3c088889u), strict_i_pmul(q, r));
+    q = strict_i_padd(S_F(0x3d2aaaabu), strict_i_pmul(q, r));
+    q = strict_i_padd(S_F(0x3e2aaaabu), strict_i_pmul(q, r));
+    q = strict_i_padd(S_F(0x3f000000u), strict_i_pmul(q, r));
+    float m = strict_i_padd(1.0, strict_i_padd(r, strict_i_pmul(strict_i_pmul(r, r), q)));
+    e = strict_i_expfield(m) + (floatBitsToInt(t) - floatBitsToInt(S_MAGIC));
+    return m;
+}
 
-// strict_exp's steps after its range checks (numerics::exp), on ADD, SUB and MUL.
-#define STRICT_EXP_STEPS(name, ADD, SUB, MUL)                                              \
-    float name(float x) {                                                                   \
-        float k = SUB(ADD(MUL(x, S_LOG2E), S_MAGIC), S_MAGIC);                              \
-        float r = SUB(SUB(x, MUL(k, S_LN2_HI)), MUL(k, S_LN2_LO));                          \
-        /* horner(r, [1/2!, ..., 1/7!]) */                                                  \
-        float q = S_F(0x39500d01u);                                                         \
-        q = ADD(S_F(0x3ab60b61u), MUL(q, r));                                               \
-        q = ADD(S_F(0x3c088889u), MUL(q, r));                                               \
-        q = ADD(S_F(0x3d2aaaabu), MUL(q, r));                                               \
-        q = ADD(S_F(0x3e2aaaabu), MUL(q, r));                                               \
-        q = ADD(S_F(0x3f000000u), MUL(q, r));                                               \
-        float m = ADD(1.0, ADD(r, MUL(MUL(r, r), q)));                                      \
-        int e = strict_i_expfield(m) + int(k);                                              \
-        if (e >= 255) return S_F(0x7f800000u);                                              \
-        if (e <= 0) return 0.0;                                                             \
-        return S_F((floatBitsToUint(m) & S_MANT) | (uint(e) << 23));                        \
-    }
-STRICT_EXP_STEPS(strict_i_exp_steps, strict_add, strict_sub, strict_mul)
-// The same on plain operations, exact where |x| >= 2^-40 within the range checks: every operand
-// and result is then a normal float or zero. k is an integer of magnitude at most 151 (k *
-// LN2_HI and x - k * LN2_HI are exact); r = x when k = 0, else a nonzero r is a multiple of
-// ulp(k * LN2_LO) >= 2^-43; so r * r * q >= 2^-99 and every other product is larger, and
-// every sum of normal operands is zero or at least 2^-99 too. About 30 instructions where the
-// canonicalizing steps take ten times as many (strict exp was compute-bound on an H100).
-STRICT_EXP_STEPS(strict_i_exp_normal, strict_i_padd, strict_i_psub, strict_i_pmul)
-
+// numerics::exp. Where |x| < 2^-40 it gives exactly 1: k = 0, r = x, r * r * q is below half an
+// ulp of r (or flushed), and 1 + r rounds to 1 (tests/numerics.rs,
+// gpu_exp_of_tiny_is_one_*), so no steps are taken there.
 float strict_exp(float x) {
     x = strict_canon(x);
     if (strict_isnan(x)) return x;
     if (x > S_F(0x42b1999au)) return S_F(0x7f800000u); // 88.8
     if (x < S_F(0xc2d00000u)) return 0.0;              // -104
-    if ((floatBitsToUint(x) & 0x7fffffffu) >= 0x2b800000u) return strict_i_exp_normal(x); // 2^-40
-    return strict_i_exp_steps(x);
+    if ((floatBitsToUint(x) & 0x7fffffffu) < 0x2b800000u) return 1.0; // 2^-40
+    int e;
+    float m = strict_i_exp_steps(x, e);
+    if (e >= 255) return S_F(0x7f800000u);
+    if (e <= 0) return 0.0;
+    return S_F((floatBitsToUint(m) & S_MANT) | (uint(e) << 23));
+}
+
+// strict_exp with its checks as selects after the steps, taken for every x (their result is
+// dropped outside their range): for a loop over several elements, which then interleave
+// rather than each wait for the branches before it. Measured on an H100: strict SOFTMAX over
+// rows of 4096, 1444 -> 1483 GB/s; 8192, 1360 -> 1426. The elementwise EXP kept the branches
+// (16M elements: 2962 GB/s with them, 2766 with the selects).
+float strict_exp_selects(float x) {
+    x = strict_canon(x);
+    int e;
+    float m = strict_i_exp_steps(x, e);
+    float y = S_F((floatBitsToUint(m) & S_MANT) | (uint(e) << 23));
+    y = e >= 255 ? S_F(0x7f800000u) : y;
+    y = e <= 0 ? 0.0 : y;
+    y = (floatBitsToUint(x) & 0x7fffffffu) < 0x2b800000u ? 1.0 : y;
+    y = x < S_F(0xc2d00000u) ? 0.0 : y;
+    y = x > S_F(0x42b1999au) ? S_F(0x7f800000u) : y;
+    return strict_isnan(x) ? x : y;
 }
 
 float strict_log(float x) {

@@ -92,23 +92,47 @@ uint srow_row() { return tree_group() * SROW_R + gl_LocalInvocationIndex / SROW_
 bool srow_group_live(uint rows) { return tree_group() * SROW_R < rows; }
 
 // A lane accumulator for each of the thread's lanes (SROW_R of them, 1 to 4), all starting at
-// op's starting value.
+// op's starting value; SROW_KEYS: the same for a max on strict_max_key's keys (-inf's key).
 #define SROW_LANES(name, op) float name[4] = float[4](tree_init(op), tree_init(op), tree_init(op), tree_init(op));
+#define SROW_KEYS(name)                                                                    \
+    int name##_init = strict_max_key(S_F(0xff800000u));                                   \
+    int name[4] = int[4](name##_init, name##_init, name##_init, name##_init);
 
-shared float srow_lanes[TREE_LANES];
+// The tree's operations on what strict.glsl's lean forms take, beside treeops' TREE_ADD and
+// TREE_MAX: sums of flushed values (strict_add_flushed), of non-negative ones
+// (strict_add_nonneg; both start at +0, as tree_init says), and the max of canonical values
+// on strict_max_key's keys.
+const uint SROW_ADD_FLUSHED = 2u;
+const uint SROW_ADD_NONNEG = 3u;
+const uint SROW_MAX_KEY = 4u;
+float srow_add(uint op, float a, float b) {
+    switch (op) {
+    case SROW_ADD_FLUSHED: return strict_add_flushed(a, b);
+    case SROW_ADD_NONNEG: return strict_add_nonneg(a, b);
+    default: return tree_op(op, a, b);
+    }
+}
+uint srow_op(uint op, uint a, uint b) {
+    if (op == SROW_MAX_KEY) return uint(max(int(a), int(b)));
+    return floatBitsToUint(srow_add(op, uintBitsToFloat(a), uintBitsToFloat(b)));
+}
+
+// The lanes' and results' bits (keys are not floats: moved as integers, never through float
+// variables, which need not keep the bits of a denormal or NaN pattern).
+shared uint srow_lanes[TREE_LANES];
 // Each reduction of a kernel has its own result slots (`slot`, 0 or 1), so the next
 // reduction's stores never meet a thread still reading the last result.
-shared float srow_result[2][4];
+shared uint srow_result[2][4];
 
-// The tree's result over the row's lanes, `lanes` holding this thread's (in lane order q);
+// The tree's result over the row's lanes, `lanes` holding this thread's bits (in lane order q);
 // every thread of the row gets it. Called by every thread of the workgroup (it has barriers).
-float strict_row_reduce(uint op, float lanes[4], uint slot) {
+uint strict_row_reduce(uint op, uint lanes[4], uint slot) {
     // Levels 128 .. SROW_T within the thread: lane q pairs with lane q + R/2 first.
-    float v = lanes[0];
+    uint v = lanes[0];
     if (SROW_R == 2u) {
-        v = tree_op(op, lanes[0], lanes[1]);
+        v = srow_op(op, lanes[0], lanes[1]);
     } else if (SROW_R == 4u) {
-        v = tree_op(op, tree_op(op, lanes[0], lanes[2]), tree_op(op, lanes[1], lanes[3]));
+        v = srow_op(op, srow_op(op, lanes[0], lanes[2]), srow_op(op, lanes[1], lanes[3]));
     }
     uint li = gl_LocalInvocationIndex, t = srow_thread();
     srow_lanes[li] = v;
@@ -117,7 +141,7 @@ float strict_row_reduce(uint op, float lanes[4], uint slot) {
     uint s = SROW_T / 2u;
     for (; s >= gl_SubgroupSize; s >>= 1) {
         if (t < s) {
-            srow_lanes[li] = tree_op(op, srow_lanes[li], srow_lanes[li + s]);
+            srow_lanes[li] = srow_op(op, srow_lanes[li], srow_lanes[li + s]);
         }
         memoryBarrierShared();
         barrier();
@@ -126,13 +150,13 @@ float strict_row_reduce(uint op, float lanes[4], uint slot) {
     // size); subgroup k finishes rows k, k + the subgroup count, ...
     uint i = gl_SubgroupInvocationID;
     for (uint row = gl_SubgroupID; row < SROW_R; row += gl_NumSubgroups) {
-        float w = srow_lanes[row * SROW_T + min(i, 2u * s - 1u)];
+        uint w = srow_lanes[row * SROW_T + min(i, 2u * s - 1u)];
         for (uint l = s; l > 0u; l >>= 1) {
             // Invocations i >= l compute values no level reads (their shuffle index is kept
             // in range only so that the shuffle is defined).
-            float right = subgroupShuffle(w, min(i + l, gl_SubgroupSize - 1u));
+            uint right = subgroupShuffle(w, min(i + l, gl_SubgroupSize - 1u));
             if (i < l) {
-                w = tree_op(op, w, right);
+                w = srow_op(op, w, right);
             }
         }
         if (i == 0u) {
@@ -142,6 +166,19 @@ float strict_row_reduce(uint op, float lanes[4], uint slot) {
     memoryBarrierShared();
     barrier();
     return srow_result[slot][li / SROW_T];
+}
+
+// The row's sum by tree op `op` (a sum) of the thread's lanes.
+float strict_row_sum(uint op, float lanes[4], uint slot) {
+    uint bits[4] = uint[4](floatBitsToUint(lanes[0]), floatBitsToUint(lanes[1]),
+                           floatBitsToUint(lanes[2]), floatBitsToUint(lanes[3]));
+    return uintBitsToFloat(strict_row_reduce(op, bits, slot));
+}
+
+// The row's strict max from the thread's lanes' keys (SROW_KEYS).
+float strict_row_max(int keys[4], uint slot) {
+    uint bits[4] = uint[4](uint(keys[0]), uint(keys[1]), uint(keys[2]), uint(keys[3]));
+    return strict_key_value(int(strict_row_reduce(SROW_MAX_KEY, bits, slot)));
 }
 
 #endif // ADEADVM_STRICTROW_GLSL
