@@ -12,13 +12,14 @@ layout(local_size_x = 256) in;
 uint g_base;
 float g_mu;
 
-// Pass 0: x (for the mean). Pass 1: mul(d, d), d = sub(x, mu) (for the variance).
+// Pass 0: x, flushed (for the mean, a sum of flushed values). Pass 1: mul(d, d), d = sub(x, mu)
+// (for the variance, a sum of non-negative values).
 float tree_value(uint pass, uint e) {
-    float v = x[g_base + e];
+    float v = strict_ftz(x[g_base + e]);
     if (pass == 0u) {
         return v;
     }
-    float d = strict_sub(v, g_mu);
+    float d = strict_sub_flushed(v, g_mu);
     return strict_mul(d, d);
 }
 
@@ -26,7 +27,7 @@ float g_rs;
 
 // y = mul(sub(x, mu), rs), then * gamma, + beta.
 void row_elem(uint e) {
-    float v = strict_mul(strict_sub(x[g_base + e], g_mu), g_rs);
+    float v = strict_mul(strict_sub_flushed(strict_ftz(x[g_base + e]), g_mu), g_rs);
     if ((p.flags & 1u) != 0u) {
         v = strict_mul(v, gamma[e]);
     }
@@ -43,8 +44,8 @@ void main() {
     uint row = tree_row(p.tbits);
     uint n = row < p.rows ? p.n : 0u;
     g_base = row * p.n;
-    g_mu = strict_div(tree_reduce(TREE_ADD, 0u, n, p.tbits), p.nf);
-    float var = strict_div(tree_reduce(TREE_ADD, 1u, n, p.tbits), p.nf);
+    g_mu = strict_div(tree_reduce(TREE_ADD_FLUSHED, 0u, n, p.tbits), p.nf);
+    float var = strict_div(tree_reduce(TREE_ADD_NONNEG, 1u, n, p.tbits), p.nf);
     g_rs = strict_rsqrt(strict_add(var, p.eps));
     tree_for_each(n, p.tbits);
 }

@@ -34,7 +34,8 @@ void main() {
     uint row = tree_row(p.tbits);
     uint n = row < p.rows ? p.n : 0u;
     g_base = row * p.n;
-    float ms = strict_div(tree_reduce(TREE_ADD, 0u, n, p.tbits), p.nf);
+    // The squares are +0, positive normal, +inf or NaN.
+    float ms = strict_div(tree_reduce(TREE_ADD_NONNEG, 0u, n, p.tbits), p.nf);
     g_rs = strict_rsqrt(strict_add(ms, p.eps));
     tree_for_each(n, p.tbits);
 }

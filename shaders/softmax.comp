@@ -32,7 +32,8 @@ float tree_value(uint pass, uint e) {
     if (pass == 0u) {
         return v;
     }
-    float ev = strict_exp(strict_sub(v, g_m));
+    // strict_exp canonicalizes its operand: the plain difference gives strict_sub's result.
+    float ev = strict_exp(strict_i_psub(v, g_m));
     y[g_base + e] = ev;
     return ev;
 }
@@ -51,6 +52,7 @@ void main() {
     g_base = row * p.n;
     g_mbase = ((p.flags & 1u) != 0u && n != 0u) ? mask_row_offset(row) : 0u;
     g_m = tree_reduce(TREE_MAX, 0u, n, p.tbits);
-    g_r = strict_recip(tree_reduce(TREE_ADD, 1u, n, p.tbits));
+    // exp's results are +0, positive normal, +inf or NaN.
+    g_r = strict_recip(tree_reduce(TREE_ADD_NONNEG, 1u, n, p.tbits));
     tree_for_each(n, p.tbits);
 }

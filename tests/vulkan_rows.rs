@@ -1089,31 +1089,35 @@ fn one_pass_strict_rows_match_reference_bits() {
 
 /// A layernorm row whose tree lane meets a denormal partial sum: lane 0 adds 1.5 FLT_MIN and
 /// -1.25 FLT_MIN (0.25 FLT_MIN, flushed to zero by the strict add), then 2^-115 (the rest of the
-/// row is zero), so the row's sum, its mean and every output differ where a kernel keeps the
-/// denormal (as lavapipe's arithmetic would without the flush), for each one-pass shape.
+/// row is zero but for lane 3's 2 FLT_MIN and a denormal element), so the row's sum, its mean
+/// and every output differ where a kernel keeps a denormal (as lavapipe's arithmetic would
+/// without the flush, of a sum or of an element): each one-pass shape, and the
+/// tree kernels (a row shorter than the one-pass kernels take, and threads per row chosen).
 #[test]
-fn one_pass_strict_layernorm_flushes_partial_sums() {
+fn strict_layernorm_flushes_partial_sums() {
     let Some(ex) = exec() else { return };
     let k = ex.kernels();
     let m = f32::MIN_POSITIVE;
-    for n in [rows::ONE_PASS_ROW_MIN as usize, 2048, 4096, rows::ONE_PASS_ROW_MAX as usize] {
+    let tree = Tuning { threads_per_row: Some(64), ..Tuning::default() };
+    let one_pass = [rows::ONE_PASS_ROW_MIN as usize, 2048, 4096, rows::ONE_PASS_ROW_MAX as usize];
+    let cases =
+        one_pass.map(|n| (n, Tuning::default())).into_iter().chain([(600, Tuning::default()), (4096, tree)]);
+    for (n, tuning) in cases {
         let mut x = vec![0.0f32; 2 * n];
         for (row, sign) in [(0, 1.0f32), (1, -1.0)] {
             let r = &mut x[row * n..(row + 1) * n];
             (r[0], r[256], r[512]) = (1.5 * m * sign, -1.25 * m * sign, 2048.0 * m * sign);
+            // Lane 3: 2 FLT_MIN, then a denormal element (flushed: the lane stays 2 FLT_MIN).
+            (r[3], r[259]) = (2.0 * m * sign, f32::from_bits(0x0040_0000) * sign);
         }
         let mut want = vec![0.0f32; 2 * n];
         reference::layernorm(&x, n, None, None, 1e-5, &mut want);
         let mut rec = Recorder::new(ex.device()).unwrap();
         let sx = upload(ex, &mut rec, &x);
         let d = ex.alloc((2 * n) as u64 * 4).unwrap();
-        rows::layernorm_in(k, &mut rec, Tier::Strict, &d, &sx, 2, n, None, None, 1e-5, &Tuning::default())
-            .unwrap();
-        check(same_bits(
-            &format!("strict layernorm [2, {n}], a denormal partial sum"),
-            &want,
-            &fetch(ex, &mut rec, &d),
-        ));
+        rows::layernorm_in(k, &mut rec, Tier::Strict, &d, &sx, 2, n, None, None, 1e-5, &tuning).unwrap();
+        let what = format!("strict layernorm [2, {n}] ({tuning:?}), a denormal partial sum");
+        check(same_bits(&what, &want, &fetch(ex, &mut rec, &d)));
     }
 }
 

@@ -14,22 +14,22 @@
 void main() {
     STRICT_ROW_BEGIN
     // The elements are flushed once, here (kept by the loop), for strict_*_flushed.
-    SROW_LANES(sums, SROW_ADD_FLUSHED)
+    SROW_LANES(sums, TREE_ADD_FLUSHED)
 #define LAYERNORM_SUM(i)                                                   \
     if (srow_elem(i) < n) {                                                \
         c[i] = strict_ftz(c[i]);                                           \
-        sums[srow_lane(i)] = srow_add(SROW_ADD_FLUSHED, sums[srow_lane(i)], c[i]); \
+        sums[srow_lane(i)] = tree_op(TREE_ADD_FLUSHED, sums[srow_lane(i)], c[i]); \
     }
     STRICT_ROW_LOOP(LAYERNORM_SUM)
-    float mu = strict_div(strict_row_sum(SROW_ADD_FLUSHED, sums, 0u), p.nf);
-    SROW_LANES(squares, SROW_ADD_NONNEG)
+    float mu = strict_div(strict_row_sum(TREE_ADD_FLUSHED, sums, 0u), p.nf);
+    SROW_LANES(squares, TREE_ADD_NONNEG)
 #define LAYERNORM_SQUARE(i)                                                \
     if (srow_elem(i) < n) {                                                \
         float d = strict_sub_flushed(c[i], mu);                            \
-        squares[srow_lane(i)] = srow_add(SROW_ADD_NONNEG, squares[srow_lane(i)], strict_mul(d, d)); \
+        squares[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, squares[srow_lane(i)], strict_mul(d, d)); \
     }
     STRICT_ROW_LOOP(LAYERNORM_SQUARE)
-    float var = strict_div(strict_row_sum(SROW_ADD_NONNEG, squares, 1u), p.nf);
+    float var = strict_div(strict_row_sum(TREE_ADD_NONNEG, squares, 1u), p.nf);
     float rs = strict_rsqrt(strict_add(var, p.eps));
     bool has_gamma = (p.flags & 1u) != 0u, has_beta = (p.flags & 2u) != 0u;
 #define LAYERNORM_OUT(i)                                                   \

@@ -12,13 +12,13 @@
 void main() {
     STRICT_ROW_BEGIN
     // strict_mul's squares are +0, positive normal, +inf or NaN: a non-negative sum.
-    SROW_LANES(squares, SROW_ADD_NONNEG)
+    SROW_LANES(squares, TREE_ADD_NONNEG)
 #define RMSNORM_SQUARE(i)                                                  \
     if (srow_elem(i) < n) {                                                \
-        squares[srow_lane(i)] = srow_add(SROW_ADD_NONNEG, squares[srow_lane(i)], strict_mul(c[i], c[i])); \
+        squares[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, squares[srow_lane(i)], strict_mul(c[i], c[i])); \
     }
     STRICT_ROW_LOOP(RMSNORM_SQUARE)
-    float ms = strict_div(strict_row_sum(SROW_ADD_NONNEG, squares, 0u), p.nf);
+    float ms = strict_div(strict_row_sum(TREE_ADD_NONNEG, squares, 0u), p.nf);
     float rs = strict_rsqrt(strict_add(ms, p.eps));
     bool has_gamma = (p.flags & 1u) != 0u;
 #define RMSNORM_OUT(i)                                                     \

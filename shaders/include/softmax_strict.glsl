@@ -26,17 +26,17 @@ void main() {
     }
     STRICT_ROW_LOOP(SOFTMAX_LOGIT)
     float m = strict_row_max(keys, 0u);
-    SROW_LANES(sums, SROW_ADD_NONNEG)
+    SROW_LANES(sums, TREE_ADD_NONNEG)
     // strict_exp canonicalizes its operand, so the plain difference gives strict_sub's
     // result; exp's results are +0, positive normal, +inf or NaN (a non-negative sum).
     // strict_exp_selects: the loop's four elements interleave.
 #define SOFTMAX_EXP(i)                                                     \
     if (srow_elem(i) < n) {                                                \
         c[i] = strict_exp_selects(strict_i_psub(c[i], m));                 \
-        sums[srow_lane(i)] = srow_add(SROW_ADD_NONNEG, sums[srow_lane(i)], c[i]); \
+        sums[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, sums[srow_lane(i)], c[i]); \
     }
     STRICT_ROW_LOOP(SOFTMAX_EXP)
-    float r = strict_recip(strict_row_sum(SROW_ADD_NONNEG, sums, 1u));
+    float r = strict_recip(strict_row_sum(TREE_ADD_NONNEG, sums, 1u));
 #define SOFTMAX_OUT(i)                                                     \
     if (srow_elem(i) < n) {                                                \
         y[base + srow_elem(i)] = strict_mul(c[i], r);                      \

@@ -98,23 +98,12 @@ bool srow_group_live(uint rows) { return tree_group() * SROW_R < rows; }
     int name##_init = strict_max_key(S_F(0xff800000u));                                   \
     int name[4] = int[4](name##_init, name##_init, name##_init, name##_init);
 
-// The tree's operations on what strict.glsl's lean forms take, beside treeops' TREE_ADD and
-// TREE_MAX: sums of flushed values (strict_add_flushed), of non-negative ones
-// (strict_add_nonneg; both start at +0, as tree_init says), and the max of canonical values
-// on strict_max_key's keys.
-const uint SROW_ADD_FLUSHED = 2u;
-const uint SROW_ADD_NONNEG = 3u;
+// strict_row_reduce's op for the max of canonical values on strict_max_key's keys, beside
+// treeops' ops on floats.
 const uint SROW_MAX_KEY = 4u;
-float srow_add(uint op, float a, float b) {
-    switch (op) {
-    case SROW_ADD_FLUSHED: return strict_add_flushed(a, b);
-    case SROW_ADD_NONNEG: return strict_add_nonneg(a, b);
-    default: return tree_op(op, a, b);
-    }
-}
 uint srow_op(uint op, uint a, uint b) {
     if (op == SROW_MAX_KEY) return uint(max(int(a), int(b)));
-    return floatBitsToUint(srow_add(op, uintBitsToFloat(a), uintBitsToFloat(b)));
+    return floatBitsToUint(tree_op(op, uintBitsToFloat(a), uintBitsToFloat(b)));
 }
 
 // The lanes' and results' bits (keys are not floats: moved as integers, never through float

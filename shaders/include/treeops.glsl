@@ -9,10 +9,20 @@
 const uint TREE_LANES = 256u;
 const uint TREE_ADD = 0u; // lanes start at +0, op = strict_add (numerics::sum)
 const uint TREE_MAX = 1u; // lanes start at -inf, op = strict_max (numerics::max_reduce)
+// numerics::sum on what strict.glsl's lean forms take, with its bits: sums of flushed values
+// (strict_add_flushed; a NaN is canonicalized later, by the strict operation that takes the
+// sum) and of non-negative ones (strict_add_nonneg). Lanes start at +0.
+const uint TREE_ADD_FLUSHED = 2u;
+const uint TREE_ADD_NONNEG = 3u;
 
 float tree_init(uint op) { return op == TREE_MAX ? S_F(0xff800000u) : S_F(0u); }
 
-float tree_op(uint op, float a, float b) { return op == TREE_MAX ? strict_max(a, b) : strict_add(a, b); }
+float tree_op(uint op, float a, float b) {
+    if (op == TREE_MAX) return strict_max(a, b);
+    if (op == TREE_ADD_FLUSHED) return strict_add_flushed(a, b);
+    if (op == TREE_ADD_NONNEG) return strict_add_nonneg(a, b);
+    return strict_add(a, b);
+}
 
 // This workgroup's index in the launch's grid (x fastest, then y, then z).
 uint tree_group() {
