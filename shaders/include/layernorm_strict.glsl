@@ -20,30 +20,35 @@ void main() {
         c[i] = strict_ftz(c[i]);                                           \
         sums[srow_lane(i)] = tree_op(TREE_ADD_FLUSHED, sums[srow_lane(i)], c[i]); \
     }
-    STRICT_ROW_LOOP(LAYERNORM_SUM)
+    STRICT_ROW_LOOP(SROW_NO_QUAD, LAYERNORM_SUM)
     float mu = strict_div(strict_row_sum(TREE_ADD_FLUSHED, sums, 0u), p.nf);
     SROW_LANES(squares, TREE_ADD_NONNEG)
+#define LAYERNORM_DEV4                                                     \
+    vec4 d4 = vec4(strict_sub_flushed(c[0], mu), strict_sub_flushed(c[1], mu), \
+                   strict_sub_flushed(c[2], mu), strict_sub_flushed(c[3], mu));
 #define LAYERNORM_SQUARE(i)                                                \
     if (srow_elem(i) < n) {                                                \
-        float d = strict_sub_flushed(c[i], mu);                            \
-        squares[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, squares[srow_lane(i)], strict_mul(d, d)); \
+        squares[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, squares[srow_lane(i)], sq4[i]); \
     }
-    STRICT_ROW_LOOP(LAYERNORM_SQUARE)
+    STRICT_ROW_LOOP(LAYERNORM_DEV4 vec4 sq4 = strict_mul_quad(d4, d4);, LAYERNORM_SQUARE)
     float var = strict_div(strict_row_sum(TREE_ADD_NONNEG, squares, 1u), p.nf);
     float rs = strict_rsqrt(strict_add(var, p.eps));
     bool has_gamma = (p.flags & 1u) != 0u, has_beta = (p.flags & 2u) != 0u;
+#define LAYERNORM_SCALE4                                                   \
+    LAYERNORM_DEV4                                                         \
+    vec4 o4 = strict_mul_quad(d4, vec4(rs));                               \
+    if (has_gamma) {                                                       \
+        o4 = strict_mul_quad(o4, SROW_LOAD4(gamma));                       \
+    }
 #define LAYERNORM_OUT(i)                                                   \
     if (srow_elem(i) < n) {                                                \
-        float o = strict_mul(strict_sub_flushed(c[i], mu), rs);                    \
-        if (has_gamma) {                                                   \
-            o = strict_mul(o, gamma[srow_elem(i)]);                        \
-        }                                                                  \
+        float o = o4[i];                                                   \
         if (has_beta) {                                                    \
             o = strict_add(o, beta[srow_elem(i)]);                         \
         }                                                                  \
         y[base + srow_elem(i)] = o;                                        \
     }
-    STRICT_ROW_LOOP(LAYERNORM_OUT)
+    STRICT_ROW_LOOP(LAYERNORM_SCALE4, LAYERNORM_OUT)
 }
 
 #endif // ADEADVM_LAYERNORM_STRICT_GLSL

@@ -15,21 +15,22 @@ void main() {
     SROW_LANES(squares, TREE_ADD_NONNEG)
 #define RMSNORM_SQUARE(i)                                                  \
     if (srow_elem(i) < n) {                                                \
-        squares[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, squares[srow_lane(i)], strict_mul(c[i], c[i])); \
+        squares[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, squares[srow_lane(i)], sq4[i]); \
     }
-    STRICT_ROW_LOOP(RMSNORM_SQUARE)
+    STRICT_ROW_LOOP(vec4 sq4 = strict_mul_quad(SROW_C4, SROW_C4);, RMSNORM_SQUARE)
     float ms = strict_div(strict_row_sum(TREE_ADD_NONNEG, squares, 0u), p.nf);
     float rs = strict_rsqrt(strict_add(ms, p.eps));
     bool has_gamma = (p.flags & 1u) != 0u;
+#define RMSNORM_SCALE4                                                     \
+    vec4 o4 = strict_mul_quad(SROW_C4, vec4(rs));                          \
+    if (has_gamma) {                                                       \
+        o4 = strict_mul_quad(o4, SROW_LOAD4(gamma));                       \
+    }
 #define RMSNORM_OUT(i)                                                     \
     if (srow_elem(i) < n) {                                                \
-        float o = strict_mul(c[i], rs);                                    \
-        if (has_gamma) {                                                   \
-            o = strict_mul(o, gamma[srow_elem(i)]);                        \
-        }                                                                  \
-        y[base + srow_elem(i)] = o;                                        \
+        y[base + srow_elem(i)] = o4[i];                                    \
     }
-    STRICT_ROW_LOOP(RMSNORM_OUT)
+    STRICT_ROW_LOOP(RMSNORM_SCALE4, RMSNORM_OUT)
 }
 
 #endif // ADEADVM_RMSNORM_STRICT_GLSL

@@ -18,13 +18,12 @@ void main() {
     SROW_KEYS(keys)
 #define SOFTMAX_LOGIT(i)                                                   \
     if (srow_elem(i) < n) {                                                \
-        c[i] = strict_mul(c[i], p.scale);                                  \
         if (masked) {                                                      \
             c[i] = strict_add(c[i], mask[mbase + srow_elem(i) * p.mask_last]); \
         }                                                                  \
         keys[srow_lane(i)] = max(keys[srow_lane(i)], strict_max_key(c[i])); \
     }
-    STRICT_ROW_LOOP(SOFTMAX_LOGIT)
+    STRICT_ROW_LOOP(SROW_SET_C4(strict_mul_quad(SROW_C4, vec4(p.scale))), SOFTMAX_LOGIT)
     float m = strict_row_max(keys, 0u);
     SROW_LANES(sums, TREE_ADD_NONNEG)
     // strict_exp canonicalizes its operand, so the plain difference gives strict_sub's
@@ -35,13 +34,13 @@ void main() {
         c[i] = strict_exp_selects(strict_i_psub(c[i], m));                 \
         sums[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, sums[srow_lane(i)], c[i]); \
     }
-    STRICT_ROW_LOOP(SOFTMAX_EXP)
+    STRICT_ROW_LOOP(SROW_NO_QUAD, SOFTMAX_EXP)
     float r = strict_recip(strict_row_sum(TREE_ADD_NONNEG, sums, 1u));
 #define SOFTMAX_OUT(i)                                                     \
     if (srow_elem(i) < n) {                                                \
-        y[base + srow_elem(i)] = strict_mul(c[i], r);                      \
+        y[base + srow_elem(i)] = c[i];                                     \
     }
-    STRICT_ROW_LOOP(SOFTMAX_OUT)
+    STRICT_ROW_LOOP(SROW_SET_C4(strict_mul_quad(SROW_C4, vec4(r))), SOFTMAX_OUT)
 }
 
 #endif // ADEADVM_SOFTMAX_STRICT_GLSL

@@ -69,17 +69,28 @@ const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgr
     float v[STRICT_PER];                                                                    \
     STRICT_ROW_EACH(SROW_LOAD)
 
-// STRICT_ROW_LOOP(BODY): for each quad of the thread's elements in order, BODY(0u) .. BODY(3u)
-// on `c[i]` (element number srow_elem(i) of the row, lane srow_lane(i) of the thread; the body
-// tests the element against the row's end) with the new values kept, then the rotation
-// (SROW_SHIFT). The thread's elements are `float v[STRICT_PER]`, declared by the kernel.
+// STRICT_ROW_LOOP(QUAD, BODY): for each quad of the thread's elements in order, QUAD (a
+// statement on the quad, `c[0..3]`, as a whole; SROW_NO_QUAD for none: its variables are in
+// scope for BODY), then BODY(0u) .. BODY(3u) on `c[i]` (element number srow_elem(i) of the row,
+// lane srow_lane(i) of the thread; the body tests the element against the row's end) with the
+// new values kept, then the rotation (SROW_SHIFT). The thread's elements are
+// `float v[STRICT_PER]`, declared by the kernel. An element past the row's end holds a copy of
+// the row's last (STRICT_ROW_BEGIN), so QUAD may compute on it: its result is never used.
 #define SROW_SHIFT(j) v[j] = (j) + 4u < uint(STRICT_PER) ? v[min((j) + 4u, uint(STRICT_PER) - 1u)] : c[(j) % 4u];
-#define STRICT_ROW_LOOP(BODY)                                                              \
+#define STRICT_ROW_LOOP(QUAD, BODY)                                                        \
     [[dont_unroll]] for (uint srow_q = 0u; srow_q < uint(STRICT_PER) / 4u; srow_q++) {     \
         float c[4] = float[4](v[0], v[1], v[2], v[3]);                                      \
+        QUAD                                                                                \
         BODY(0u) BODY(1u) BODY(2u) BODY(3u)                                                 \
         STRICT_ROW_EACH(SROW_SHIFT)                                                         \
     }
+#define SROW_NO_QUAD
+// The quad as a vec4, and a vec4 put back into it.
+#define SROW_C4 vec4(c[0], c[1], c[2], c[3])
+// The quad's elements of a row-long buffer (gamma), an index past the row's end clamped to it.
+#define SROW_LOAD4(buf) vec4(buf[min(srow_elem(0u), p.n - 1u)], buf[min(srow_elem(1u), p.n - 1u)], \
+                             buf[min(srow_elem(2u), p.n - 1u)], buf[min(srow_elem(3u), p.n - 1u)])
+#define SROW_SET_C4(q4) { vec4 srow_t4 = (q4); c[0] = srow_t4.x; c[1] = srow_t4.y; c[2] = srow_t4.z; c[3] = srow_t4.w; }
 #define srow_elem(i) (srow_thread() + SROW_T * (srow_q * 4u + (i)))
 #define srow_lane(i) ((i) % SROW_R)
 
