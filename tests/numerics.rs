@@ -671,7 +671,7 @@ fn gpu_exp_of_tiny_is_one_sampled() {
     exp_below_2_pow_minus_40_is_one(1009);
 }
 
-/// All 1.46 billion floats below 2^-40 in magnitude (about a minute in release).
+/// All 1.46 billion floats below 2^-40 in magnitude (a few minutes in release).
 #[test]
 #[ignore]
 fn gpu_exp_of_tiny_is_one_exhaustive() {
@@ -783,7 +783,7 @@ fn gpu_division_and_roots_on_plain_ops_are_strict_sampled() {
     plain_roots_agree(37);
 }
 
-/// Every significand (about a minute in release).
+/// Every significand (a few minutes in release).
 #[test]
 #[ignore]
 fn gpu_division_and_roots_on_plain_ops_are_strict_exhaustive() {
