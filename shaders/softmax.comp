@@ -9,6 +9,7 @@
 // 765 -> 689 GB/s, and rows of 8192, too long for it, 815 -> 671 (the passes' re-reads hit the
 // caches, and the shared memory took from them); layernorm.comp likewise 646 -> 553.
 #extension GL_GOOGLE_include_directive : require
+#define TREE_MAX_CANONICAL
 #include "rowtree.glsl"
 #include "softmax_common.glsl"
 
@@ -51,7 +52,8 @@ void main() {
     uint n = row < p.rows ? p.n : 0u;
     g_base = row * p.n;
     g_mbase = ((p.flags & 1u) != 0u && n != 0u) ? mask_row_offset(row) : 0u;
-    g_m = tree_reduce(TREE_MAX, 0u, n, p.tbits);
+    // The logits are canonical (strict_mul's and strict_add's results).
+    g_m = tree_max_canonical(0u, n, p.tbits);
     // exp's results are +0, positive normal, +inf or NaN.
     g_r = strict_recip(tree_reduce(TREE_ADD_NONNEG, 1u, n, p.tbits));
     tree_for_each(n, p.tbits);

@@ -1009,9 +1009,10 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
 /// The strict tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of ONE_PASS_ROW_MIN to
 /// ONE_PASS_ROW_MAX, held in registers; shaders/include/strictrow.glsl) give the CPU
 /// reference's bits for every compiled shape, with special values, a broadcast mask holding
-/// -inf, negative scales, gamma and beta.
+/// -inf, negative scales, gamma and beta; and the tree kernels on the same cases, for rows
+/// just outside those lengths.
 #[test]
-fn one_pass_strict_rows_match_reference_bits() {
+fn strict_rows_match_reference_bits() {
     let Some(ex) = exec() else { return };
     let k = ex.kernels();
     let info = ex.device().info();
@@ -1020,7 +1021,8 @@ fn one_pass_strict_rows_match_reference_bits() {
     }
     // Five rows: the kernels with several rows a workgroup get a padding row.
     let nrows = 5;
-    for n in [rows::ONE_PASS_ROW_MIN as usize, 1031, 2048, 3000, 4097, rows::ONE_PASS_ROW_MAX as usize] {
+    let (min, max) = (rows::ONE_PASS_ROW_MIN as usize, rows::ONE_PASS_ROW_MAX as usize);
+    for n in [min - 1, min, 1031, 2048, 3000, 4097, max, max + 1] {
         // (seed, spice, scale, sensitive, shift). The sensitive cases' results depend on the
         // order of the sums (a kernel pairing the tree's lanes otherwise fails them), so they
         // have no mask, gamma or beta, whose terms would hide a last-bit difference: logits

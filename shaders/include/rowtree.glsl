@@ -121,6 +121,47 @@ float tree_reduce(uint op, uint pass, uint n, uint tbits) {
     return tree_finish(op, tree_thread(op, pass, n, t, tbits), tbits);
 }
 
+#ifdef TREE_MAX_CANONICAL
+shared int tree_keys[TREE_LANES];
+
+// (Defined where the including shader defines TREE_MAX_CANONICAL: its shared keys would take
+// memory from every other row kernel.) The row's max by the tree (TREE_MAX) of values tree_value(pass, e) that are canonical: max is
+// exact, so any order gives the tree's result, and this takes it on strict_max_key's keys, each
+// thread over its elements e = t, t+T, ... (TREE_UNROLL at a time), then across the row's
+// threads in shared memory (a barrier per level, as tree_finish). Called by every invocation of
+// the workgroup (it has barriers); n = 0 (a padding row) gives -inf.
+float tree_max_canonical(uint pass, uint n, uint tbits) {
+    uint T = 1u << tbits;
+    uint li = gl_LocalInvocationIndex;
+    uint t = li & (T - 1u);
+    int k = strict_max_key(S_F(0xff800000u));
+    uint e = t;
+    for (; e + 7u * T < n; e += 8u * T) {
+        k = max(k, max(strict_max_key(tree_value(pass, e)), strict_max_key(tree_value(pass, e + T))));
+        k = max(k, max(strict_max_key(tree_value(pass, e + 2u * T)), strict_max_key(tree_value(pass, e + 3u * T))));
+        k = max(k, max(strict_max_key(tree_value(pass, e + 4u * T)), strict_max_key(tree_value(pass, e + 5u * T))));
+        k = max(k, max(strict_max_key(tree_value(pass, e + 6u * T)), strict_max_key(tree_value(pass, e + 7u * T))));
+    }
+    for (; e < n; e += T) {
+        k = max(k, strict_max_key(tree_value(pass, e)));
+    }
+    tree_keys[li] = k;
+    memoryBarrierShared();
+    barrier();
+    for (uint s = T >> 1; s > 0u; s >>= 1) {
+        if (t < s) {
+            tree_keys[li] = max(tree_keys[li], tree_keys[li + s]);
+        }
+        memoryBarrierShared();
+        barrier();
+    }
+    float r = strict_key_value(tree_keys[li - t]);
+    memoryBarrierShared();
+    barrier();
+    return r;
+}
+#endif
+
 void row_elem(uint e);
 
 // row_elem(e) for this thread's elements of a row of n: e = t, t+T, t+2T, ... (T = 1 << tbits),
