@@ -30,13 +30,13 @@ void main() {
     if (srow_elem(i) < n) {                                                \
         squares[srow_lane(i)] = tree_op(TREE_ADD_NONNEG, squares[srow_lane(i)], sq4[i]); \
     }
-    STRICT_ROW_LOOP(LAYERNORM_DEV4 vec4 sq4 = strict_mul_quad(d4, d4);, LAYERNORM_SQUARE)
+    // The loop keeps d in place of x for the output pass.
+    STRICT_ROW_LOOP(LAYERNORM_DEV4 vec4 sq4 = strict_mul_quad(d4, d4); SROW_SET_C4(d4), LAYERNORM_SQUARE)
     float var = strict_div(strict_row_sum(TREE_ADD_NONNEG, squares, 1u), p.nf);
     float rs = strict_rsqrt(strict_add(var, p.eps));
     bool has_gamma = (p.flags & 1u) != 0u, has_beta = (p.flags & 2u) != 0u;
 #define LAYERNORM_SCALE4                                                   \
-    LAYERNORM_DEV4                                                         \
-    vec4 o4 = strict_mul_quad(d4, vec4(rs));                               \
+    vec4 o4 = strict_mul_quad(SROW_C4, vec4(rs));                          \
     if (has_gamma) {                                                       \
         o4 = strict_mul_quad(o4, SROW_LOAD4(gamma));                       \
     }

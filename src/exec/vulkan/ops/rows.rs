@@ -1220,20 +1220,7 @@ pub fn layernorm_in(
     eps: f32,
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
-    let total = norm_checks("layernorm", dst, x, rows, n, &[("gamma", gamma), ("beta", beta)])?;
-    let tbits = row_tbits(tuning, rows as u64, n as u64, false, (2, 1))?;
-    if total == 0 {
-        return Ok(());
-    }
-    let flags = u32::from(gamma.is_some()) | u32::from(beta.is_some()) << 1;
-    let push = [w(rows as u64), w(n as u64), tbits, flags, count(n).to_bits(), eps.to_bits()];
-    let bindings = [
-        Binding::write(dst),
-        Binding::read(x),
-        Binding::read(gamma.unwrap_or(x)),
-        Binding::read(beta.unwrap_or(x)),
-    ];
-    dispatch_row_op(k, rec, tier, tuning, RowOp::Layernorm, &bindings, &push, (rows as u64, n as u64, tbits))
+    norm_rows(k, rec, tier, RowOp::Layernorm, dst, x, (rows, n), (gamma, beta), eps, tuning)
 }
 
 /// RMSNORM over rows of `n`: exactly `reference::rmsnorm` (`numerics::rmsnorm_row`: mean
@@ -1285,15 +1272,41 @@ pub fn rmsnorm_in(
     eps: f32,
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
-    let total = norm_checks("rmsnorm", dst, x, rows, n, &[("gamma", gamma)])?;
-    let tbits = row_tbits(tuning, rows as u64, n as u64, false, (1, 1))?;
+    norm_rows(k, rec, tier, RowOp::Rmsnorm, dst, x, (rows, n), (gamma, None), eps, tuning)
+}
+
+/// LAYERNORM's and RMSNORM's launch (`op` one of them; RMSNORM has no beta): the sizes, the
+/// threads a row, the push constants (shaders/include/norm_common.glsl) and the bindings.
+#[allow(clippy::too_many_arguments)]
+fn norm_rows(
+    k: &Kernels,
+    rec: &mut Recorder,
+    tier: Tier,
+    op: RowOp,
+    dst: &Slice,
+    x: &Slice,
+    (rows, n): (usize, usize),
+    (gamma, beta): (Option<&Slice>, Option<&Slice>),
+    eps: f32,
+    tuning: &Tuning,
+) -> Result<(), VulkanError> {
+    let layernorm = matches!(op, RowOp::Layernorm);
+    let total = norm_checks(op.tree_kernel(), dst, x, rows, n, &[("gamma", gamma), ("beta", beta)])?;
+    // LAYERNORM reduces twice (mean, variance), RMSNORM once.
+    let tbits = row_tbits(tuning, rows as u64, n as u64, false, (if layernorm { 2 } else { 1 }, 1))?;
     if total == 0 {
         return Ok(());
     }
-    let push =
-        [w(rows as u64), w(n as u64), tbits, u32::from(gamma.is_some()), count(n).to_bits(), eps.to_bits()];
-    let bindings = [Binding::write(dst), Binding::read(x), Binding::read(gamma.unwrap_or(x))];
-    dispatch_row_op(k, rec, tier, tuning, RowOp::Rmsnorm, &bindings, &push, (rows as u64, n as u64, tbits))
+    let flags = u32::from(gamma.is_some()) | u32::from(beta.is_some()) << 1;
+    let push = [w(rows as u64), w(n as u64), tbits, flags, count(n).to_bits(), eps.to_bits()];
+    let bindings = [
+        Binding::write(dst),
+        Binding::read(x),
+        Binding::read(gamma.unwrap_or(x)),
+        Binding::read(beta.unwrap_or(x)),
+    ];
+    let bindings = if layernorm { &bindings[..] } else { &bindings[..3] };
+    dispatch_row_op(k, rec, tier, tuning, op, bindings, &push, (rows as u64, n as u64, tbits))
 }
 
 /// `n` as f32, rounded as `numerics::reduce::count` rounds it (`n as f32`), passed to the
