@@ -22,7 +22,8 @@ layout(push_constant) uniform P {
 
 uint g_base;
 
-float tree_value(uint pass, uint e) { return x[g_base + e * p.inner]; }
+vec2 tree_load(uint pass, uint e) { return vec2(x[g_base + e * p.inner], 0.0); }
+float tree_value(uint pass, uint e, vec2 loaded) { return loaded.x; }
 
 void main() {
     uint rows = p.outer * p.inner;

@@ -224,6 +224,29 @@ fn bench_runs_and_refuses_what_does_not_fit() {
             && err.contains("choose a smaller SIZE"),
         "{err}"
     );
+    // --row sets the row kernels' row length (SIZE rows), counted in the memory check too, and
+    // is refused elsewhere.
+    let out = adeadvm(&["bench", "layernorm", "3", "--row", "2K", "--iters", "2", "--json"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json = text(&out.stdout);
+    assert!(json.contains("\"row\":2048,\"size\":3,"), "{json}");
+    let out = adeadvm(&["bench", "softmax", "2", "--row", "1M", "--iters", "2"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("softmax 2x1048576  cpu strict"), "{}", text(&out.stdout));
+    let out = adeadvm(&["bench", "rmsnorm", "1M", "--row", "1M"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("bench rmsnorm 1048576: its tensors take about"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = adeadvm(&["bench", "exp", "1000", "--row", "8"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--row applies to softmax, layernorm and rmsnorm only"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -1022,7 +1022,7 @@ fn strict_rows_match_reference_bits() {
     // Five rows: the kernels with several rows a workgroup get a padding row.
     let nrows = 5;
     let (min, max) = (rows::ONE_PASS_ROW_MIN as usize, rows::ONE_PASS_ROW_MAX as usize);
-    for n in [min - 1, min, 1031, 2048, 3000, 4097, max, max + 1] {
+    for n in [min - 1, min, 1031, 2048, 3000, 4097, 9001, max, max + 1] {
         // (seed, spice, scale, sensitive, shift). The sensitive cases' results depend on the
         // order of the sums (a kernel pairing the tree's lanes otherwise fails them), so they
         // have no mask, gamma or beta, whose terms would hide a last-bit difference: logits
@@ -1101,9 +1101,12 @@ fn strict_layernorm_flushes_partial_sums() {
     let k = ex.kernels();
     let m = f32::MIN_POSITIVE;
     let tree = Tuning { threads_per_row: Some(64), ..Tuning::default() };
-    let one_pass = [rows::ONE_PASS_ROW_MIN as usize, 2048, 4096, rows::ONE_PASS_ROW_MAX as usize];
-    let cases =
-        one_pass.map(|n| (n, Tuning::default())).into_iter().chain([(600, Tuning::default()), (4096, tree)]);
+    let max = rows::ONE_PASS_ROW_MAX as usize;
+    let one_pass = [rows::ONE_PASS_ROW_MIN as usize, 2048, 4096, 8192, max];
+    // Beside the one-pass kernels, the tree kernels for short rows, with threads chosen, and
+    // for long rows (their variant that loads ahead).
+    let trees = [(600, Tuning::default()), (4096, tree), (max + 1, Tuning::default())];
+    let cases = one_pass.map(|n| (n, Tuning::default())).into_iter().chain(trees);
     for (n, tuning) in cases {
         let mut x = vec![0.0f32; 2 * n];
         for (row, sign) in [(0, 1.0f32), (1, -1.0)] {
@@ -1136,7 +1139,7 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
         println!("{}: no subgroup shuffles, so the strict kernels ran", info.name);
     }
     // Rows for each compiled width: 4, 8, 16 and 32 elements a thread.
-    for n in [rows::ONE_PASS_ROW_MIN as usize, 1500, 3000, rows::ONE_PASS_ROW_MAX as usize] {
+    for n in [rows::ONE_PASS_ROW_MIN as usize, 1500, 3000, 9001, rows::ONE_PASS_ROW_MAX as usize] {
         let nrows = 3;
         let x: Vec<f32> = values(51, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
         let mask: Vec<f32> = values(52, n, 0).iter().map(|v| v.clamp(-5.0, 5.0)).collect();

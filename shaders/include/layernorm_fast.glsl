@@ -2,7 +2,7 @@
 // once into registers (fastrow.glsl), its mean and variance reduced in fastrow's fixed order,
 // inversesqrt the device's own; the same bits run to run on one device, not the CPU's bits.
 // Same bindings and push constants as layernorm.comp (tbits unused). Compiled once per
-// FAST_PER (elements a thread: 4, 8, 16, 32) as shaders/layernorm_fast_<PER>.comp; ops::rows
+// FAST_PER (elements a thread: 4, 8, 16, 32, 64) as shaders/layernorm_fast_<PER>.comp; ops::rows
 // takes the smallest that holds the row (fewer registers, more rows in flight).
 #ifndef ADEADVM_LAYERNORM_FAST_GLSL
 #define ADEADVM_LAYERNORM_FAST_GLSL
@@ -25,19 +25,28 @@ void main() {
         q += d * d;
     }
     float rs = inversesqrt(fast_reduce(q, false, 1u) / p.nf + p.eps);
+    bool has_gamma = (p.flags & 1u) != 0u, has_beta = (p.flags & 2u) != 0u;
+    if (!has_gamma && !has_beta) {
+        [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
+            uint e = j * 256u + t;
+            if (e < n) {
+                y[base + e] = (v[j] - mu) * rs;
+            }
+        }
+        return;
+    }
+    // Every load of gamma and beta before the first store (FAST_STORE_ROW).
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-        uint e = j * 256u + t;
-        if (e < n) {
-            float o = (v[j] - mu) * rs;
-            if ((p.flags & 1u) != 0u) {
-                o *= gamma[e];
-            }
-            if ((p.flags & 2u) != 0u) {
-                o += beta[e];
-            }
-            y[base + e] = o;
+        uint e = min(j * 256u + t, n - 1u);
+        v[j] = (v[j] - mu) * rs;
+        if (has_gamma) {
+            v[j] *= gamma[e];
+        }
+        if (has_beta) {
+            v[j] += beta[e];
         }
     }
+    FAST_STORE_ROW
 }
 
 #endif // ADEADVM_LAYERNORM_FAST_GLSL

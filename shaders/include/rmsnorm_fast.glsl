@@ -2,7 +2,7 @@
 // into registers (fastrow.glsl), its mean square reduced in fastrow's fixed order, inversesqrt
 // the device's own; the same bits run to run on one device, not the CPU's bits. Same bindings
 // and push constants as rmsnorm.comp (tbits unused). Compiled once per FAST_PER (elements a
-// thread: 4, 8, 16, 32) as shaders/rmsnorm_fast_<PER>.comp; ops::rows takes the smallest that
+// thread: 4, 8, 16, 32, 64) as shaders/rmsnorm_fast_<PER>.comp; ops::rows takes the smallest that
 // holds the row.
 #ifndef ADEADVM_RMSNORM_FAST_GLSL
 #define ADEADVM_RMSNORM_FAST_GLSL
@@ -20,16 +20,20 @@ void main() {
         q += v[j] * v[j];
     }
     float rs = inversesqrt(fast_reduce(q, false, 0u) / p.nf + p.eps);
-    [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-        uint e = j * 256u + t;
-        if (e < n) {
-            float o = v[j] * rs;
-            if ((p.flags & 1u) != 0u) {
-                o *= gamma[e];
+    if ((p.flags & 1u) == 0u) {
+        [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
+            uint e = j * 256u + t;
+            if (e < n) {
+                y[base + e] = v[j] * rs;
             }
-            y[base + e] = o;
         }
+        return;
     }
+    // Every load of gamma before the first store (FAST_STORE_ROW).
+    [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
+        v[j] = v[j] * rs * gamma[min(j * 256u + t, n - 1u)];
+    }
+    FAST_STORE_ROW
 }
 
 #endif // ADEADVM_RMSNORM_FAST_GLSL

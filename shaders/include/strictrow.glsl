@@ -1,10 +1,10 @@
 // strictrow.glsl -- the strict tier's one-pass row kernels (softmax_strict, layernorm_strict,
 // rmsnorm_strict): fastrow.glsl's shape with rowtree.glsl's bits. A row is held in the registers of its
 // STRICT_T threads (64, 128 or 256; 256 / STRICT_T rows a workgroup of 256), STRICT_PER
-// elements each: thread t of a row holds elements e = t + STRICT_T * j (j < STRICT_PER), so
-// the row is read once and written once, where rowtree's kernels read it once a pass (rows of
-// 1024 to 8192 elements; ops::rows::one_pass_row_kernel picks these for those rows on devices
-// with subgroup shuffles in compute shaders).
+// elements each (16, 32 or 64): thread t of a row holds elements e = t + STRICT_T * j
+// (j < STRICT_PER), so the row is read once and written once, where rowtree's kernels read it
+// once a pass (rows of 1024 to 16384 elements; ops::rows::RowOp::one_pass_kernel picks these
+// for those rows on devices with subgroup shuffles in compute shaders).
 //
 // The bits are numerics::reduce's 256-lane tree (rowtree.glsl has the rules): thread t holds
 // lanes t + STRICT_T * q (q < R = 256 / STRICT_T), element j falling to lane q = j % R, and
@@ -20,10 +20,10 @@
 // drops `precise`). Nor are the strict steps written out for every element: the strict
 // operations are long, and written out 16 times (a 388 KB binary) they ran slower than these
 // loops on an H200 (softmax over rows of 4096: 633 against 877 GB/s). So the row is loaded by
-// STRICT_ROW_EACH (a literal index per element: short), and each pass is a loop,
+// SROW_EACH_HALF (a literal index per element: short), and each pass is a loop,
 // STRICT_ROW_LOOP, kept rolled, four elements an iteration: it works on v[0..3], then rotates
 // the thread's elements down by four, so after the loop every element is back in place with
-// its new value.
+// its new value (with 64 elements, a loop over each half: v, then w).
 #ifndef ADEADVM_STRICTROW_GLSL
 #define ADEADVM_STRICTROW_GLSL
 // The including shader enables GL_KHR_shader_subgroup_basic and _shuffle.
@@ -39,13 +39,26 @@ const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgr
 #define SROW_EACH8(X, b) SROW_EACH4(X, b) SROW_EACH4(X, (b) + 4u)
 #define SROW_EACH16(X, b) SROW_EACH8(X, b) SROW_EACH8(X, (b) + 8u)
 #define SROW_EACH32(X, b) SROW_EACH16(X, b) SROW_EACH16(X, (b) + 16u)
-// STRICT_ROW_EACH(X): X(j) for every j, written out.
+// The thread's elements: `float v[SROW_HALF]` (elements j < SROW_HALF), and for 64 elements a
+// second array, `float w[32]` (element 32 + j in w[j]), each with a loop of its own: a loop
+// rotates its whole array each iteration, so one array of 64 would cost twice the moves per
+// element that one of 32 does (H100, over rows of 16384, one array of 64 against two of 32:
+// strict SOFTMAX 1096 -> 1388 GB/s, LAYERNORM 1273 -> 2026, RMSNORM 1872 -> 2551).
+// SROW_EACH_HALF(X): X(j) for every j < SROW_HALF, written out.
 #if STRICT_PER == 16
-#define STRICT_ROW_EACH(X) SROW_EACH16(X, 0u)
+#define SROW_EACH_HALF(X) SROW_EACH16(X, 0u)
+const uint SROW_HALF = 16u;
+#define SROW_DECLARE_AND_LOAD float v[16]; SROW_EACH16(SROW_LOAD, 0u)
 #elif STRICT_PER == 32
-#define STRICT_ROW_EACH(X) SROW_EACH32(X, 0u)
+#define SROW_EACH_HALF(X) SROW_EACH32(X, 0u)
+const uint SROW_HALF = 32u;
+#define SROW_DECLARE_AND_LOAD float v[32]; SROW_EACH32(SROW_LOAD, 0u)
+#elif STRICT_PER == 64
+#define SROW_EACH_HALF(X) SROW_EACH32(X, 0u)
+const uint SROW_HALF = 32u;
+#define SROW_DECLARE_AND_LOAD float v[32]; float w[32]; SROW_EACH32(SROW_LOAD, 0u) SROW_EACH32(SROW_LOAD_W, 0u)
 #else
-#error "STRICT_PER is 16 or 32"
+#error "STRICT_PER is 16, 32 or 64"
 #endif
 #if STRICT_T != 64 && STRICT_T != 128 && STRICT_T != 256
 #error "STRICT_T is 64, 128 or 256"
@@ -58,7 +71,9 @@ const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgr
 // arithmetic: a load inside the strict arithmetic's branches waits for the steps before it. A
 // thread past the row's end (n >= 1024 here) reads the row's last element, unused, rather than
 // branch.
-#define SROW_LOAD(j) v[j] = live ? x[base + min(t + SROW_T * (j), n - 1u)] : 0.0;
+#define SROW_LOAD_AT(j) (live ? x[base + min(t + SROW_T * (j), n - 1u)] : 0.0)
+#define SROW_LOAD(j) v[j] = SROW_LOAD_AT(j);
+#define SROW_LOAD_W(j) w[j] = SROW_LOAD_AT((j) + SROW_HALF);
 #define STRICT_ROW_BEGIN                                                                   \
     if (!srow_group_live(p.rows)) {                                                         \
         return;                                                                             \
@@ -66,24 +81,33 @@ const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgr
     uint row = srow_row();                                                                  \
     bool live = row < p.rows;                                                               \
     uint t = srow_thread(), n = live ? p.n : 0u, base = row * p.n;                          \
-    float v[STRICT_PER];                                                                    \
-    STRICT_ROW_EACH(SROW_LOAD)
+    SROW_DECLARE_AND_LOAD
 
 // STRICT_ROW_LOOP(QUAD, BODY): for each quad of the thread's elements in order, QUAD (a
 // statement on the quad, `c[0..3]`, as a whole; SROW_NO_QUAD for none: its variables are in
 // scope for BODY), then BODY(0u) .. BODY(3u) on `c[i]` (element number srow_elem(i) of the row,
 // lane srow_lane(i) of the thread; the body tests the element against the row's end) with the
-// new values kept, then the rotation (SROW_SHIFT). The thread's elements are
-// `float v[STRICT_PER]`, declared by the kernel. An element past the row's end holds a copy of
+// new values kept, then the rotation (SROW_SHIFT). The thread's elements are v (and w),
+// declared by STRICT_ROW_BEGIN. An element past the row's end holds a copy of
 // the row's last (STRICT_ROW_BEGIN), so QUAD may compute on it: its result is never used.
-#define SROW_SHIFT(j) v[j] = (j) + 4u < uint(STRICT_PER) ? v[min((j) + 4u, uint(STRICT_PER) - 1u)] : c[(j) % 4u];
-#define STRICT_ROW_LOOP(QUAD, BODY)                                                        \
-    [[dont_unroll]] for (uint srow_q = 0u; srow_q < uint(STRICT_PER) / 4u; srow_q++) {     \
-        float c[4] = float[4](v[0], v[1], v[2], v[3]);                                      \
+#define SROW_SHIFT(j) v[j] = (j) + 4u < SROW_HALF ? v[min((j) + 4u, SROW_HALF - 1u)] : c[(j) % 4u];
+#define SROW_SHIFT_W(j) w[j] = (j) + 4u < SROW_HALF ? w[min((j) + 4u, SROW_HALF - 1u)] : c[(j) % 4u];
+// One loop over the quads q0 .. q0 + SROW_HALF / 4 - 1, held in array X (v or w) and rotated by
+// SHIFT.
+#define SROW_LOOP_OVER(X, SHIFT, q0, QUAD, BODY)                                            \
+    [[dont_unroll]] for (uint srow_q = (q0); srow_q < (q0) + SROW_HALF / 4u; srow_q++) {   \
+        float c[4] = float[4](X[0], X[1], X[2], X[3]);                                      \
         QUAD                                                                                \
         BODY(0u) BODY(1u) BODY(2u) BODY(3u)                                                 \
-        STRICT_ROW_EACH(SROW_SHIFT)                                                         \
+        SROW_EACH_HALF(SHIFT)                                                               \
     }
+#if STRICT_PER == 64
+#define STRICT_ROW_LOOP(QUAD, BODY)                                                        \
+    SROW_LOOP_OVER(v, SROW_SHIFT, 0u, QUAD, BODY)                                           \
+    SROW_LOOP_OVER(w, SROW_SHIFT_W, SROW_HALF / 4u, QUAD, BODY)
+#else
+#define STRICT_ROW_LOOP(QUAD, BODY) SROW_LOOP_OVER(v, SROW_SHIFT, 0u, QUAD, BODY)
+#endif
 #define SROW_NO_QUAD
 // The quad as a vec4, and a vec4 put back into it.
 #define SROW_C4 vec4(c[0], c[1], c[2], c[3])

@@ -28,11 +28,11 @@ pub enum Kernel {
     Exp,
     /// y = gelu(x) over SIZE elements.
     Gelu,
-    /// softmax over the rows of a SIZE×SIZE matrix.
+    /// softmax over the rows of a SIZE×SIZE matrix (SIZE×ROW with --row).
     Softmax,
-    /// layernorm over the rows of a SIZE×1024 matrix.
+    /// layernorm over the rows of a SIZE×1024 matrix (SIZE×ROW with --row).
     Layernorm,
-    /// rmsnorm over the rows of a SIZE×1024 matrix.
+    /// rmsnorm over the rows of a SIZE×1024 matrix (SIZE×ROW with --row).
     Rmsnorm,
     /// Interpreter overhead: a chain of 1000 dependent ADDs on 1-element tensors (ns per op).
     Dispatch,
@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// [N, K], as a linear layer's weight), tn (a stored [K, M]) or tt.
     #[arg(long, default_value = "nn", value_parser = ["nn", "nt", "tn", "tt"])]
     layout: String,
+    /// The row length of softmax, layernorm and rmsnorm (SIZE rows of ROW elements; default:
+    /// SIZE for softmax, 1024 for the norms). Accepts K and M suffixes.
+    #[arg(long, value_parser = parse_size)]
+    row: Option<usize>,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -109,6 +113,12 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     if a.layout != "nn" && !is_matmul {
         bail!("--layout {} applies to the matmul kernels only", a.layout);
     }
+    let row = match (a.kernel, a.row) {
+        (Kernel::Softmax, r) => r.unwrap_or(n),
+        (Kernel::Layernorm | Kernel::Rmsnorm, r) => r.unwrap_or(1024),
+        (_, Some(_)) => bail!("--row applies to softmax, layernorm and rmsnorm only"),
+        (_, None) => 0,
+    };
     // The operands are square, so a stored transpose changes only how the kernel reads them.
     let matmul_insn = match a.layout.as_str() {
         "nt" => "MATMUL %c, %a, %b, tb",
@@ -119,8 +129,8 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // Refused before any input is generated: the largest tensor, held about six times over (the
     // generated values, the bound input, the arena, the device's copies and the summed result).
     let largest = match a.kernel {
-        Kernel::Matmul | Kernel::MatmulF16 | Kernel::MatmulBf16 | Kernel::Softmax => n.checked_mul(n),
-        Kernel::Layernorm | Kernel::Rmsnorm => n.checked_mul(1024),
+        Kernel::Matmul | Kernel::MatmulF16 | Kernel::MatmulBf16 => n.checked_mul(n),
+        Kernel::Softmax | Kernel::Layernorm | Kernel::Rmsnorm => n.checked_mul(row),
         Kernel::Add | Kernel::Exp | Kernel::Gelu => Some(n),
         Kernel::Dispatch => Some(1),
     };
@@ -216,22 +226,18 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
                 8.0 * n as f64,
             )
         }
-        Kernel::Softmax => (
-            timed(&format!(".input %a f32[{n}, {n}]"), "f32", &[n, n], "SOFTMAX %c, %a"),
-            1,
-            vec![("a", f32_input(vec![n, n], 1)?)],
-            5.0 * (n * n) as f64,
-            8.0 * (n * n) as f64,
-        ),
-        Kernel::Layernorm | Kernel::Rmsnorm => {
-            let (op, flops) =
-                if matches!(a.kernel, Kernel::Layernorm) { ("LAYERNORM", 8.0) } else { ("RMSNORM", 5.0) };
+        Kernel::Softmax | Kernel::Layernorm | Kernel::Rmsnorm => {
+            let (op, flops) = match a.kernel {
+                Kernel::Softmax => ("SOFTMAX", 5.0),
+                Kernel::Layernorm => ("LAYERNORM", 8.0),
+                _ => ("RMSNORM", 5.0),
+            };
             (
-                timed(&format!(".input %a f32[{n}, 1024]"), "f32", &[n, 1024], &format!("{op} %c, %a")),
+                timed(&format!(".input %a f32[{n}, {row}]"), "f32", &[n, row], &format!("{op} %c, %a")),
                 1,
-                vec![("a", f32_input(vec![n, 1024], 1)?)],
-                flops * (n * 1024) as f64,
-                8.0 * (n * 1024) as f64,
+                vec![("a", f32_input(vec![n, row], 1)?)],
+                flops * (n * row) as f64,
+                8.0 * (n * row) as f64,
             )
         }
         Kernel::Dispatch => {
@@ -300,14 +306,17 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let name =
         a.kernel.to_possible_value().map_or_else(|| format!("{:?}", a.kernel), |v| v.get_name().to_string());
     let level = vm.simd_level().name();
-    let layout_json = if is_matmul { format!("\"layout\":\"{}\",", a.layout) } else { String::new() };
+    let mut shape_json = if is_matmul { format!("\"layout\":\"{}\",", a.layout) } else { String::new() };
+    if row > 0 {
+        shape_json.push_str(&format!("\"row\":{row},"));
+    }
     if a.json {
         let mut host = host.map_or(String::new(), |h| format!(",\"host_seconds\":{h:e}"));
         if submissions > 0 {
             host.push_str(&format!(",\"gpu_submissions\":{submissions},\"gpu_reused\":{reused}"));
         }
         println!(
-            "{{\"kernel\":\"{name}\",{layout_json}\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e},\"run_seconds\":{run_wall:e}{host},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
+            "{{\"kernel\":\"{name}\",{shape_json}\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e},\"run_seconds\":{run_wall:e}{host},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
             a.tier,
             a.backend,
             if gpu.is_some() { "gpu" } else { "wall" },
@@ -341,8 +350,9 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         _ => "wall".into(),
     };
     let shown_name = if is_matmul && a.layout != "nn" { format!("{name} ({})", a.layout) } else { name };
+    let shown_size = if a.row.is_some() { format!("{n}x{row}") } else { n.to_string() };
     println!(
-        "{shown_name} {n}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {}, {timed_by})",
+        "{shown_name} {shown_size}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {}, {timed_by})",
         a.backend,
         a.tier,
         samples.len()

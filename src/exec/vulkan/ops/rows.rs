@@ -262,11 +262,11 @@ const HUGE_MIN_TILES: u64 = 256;
 
 /// Rows the one-pass row kernels take (SOFTMAX, LAYERNORM and RMSNORM, either tier): from
 /// [`ONE_PASS_ROW_MIN`] elements (shorter rows leave most of a 256-thread workgroup idle; the
-/// tree kernels share a workgroup between rows) to [`ONE_PASS_ROW_MAX`] (32 elements a thread in
+/// tree kernels share a workgroup between rows) to [`ONE_PASS_ROW_MAX`] (64 elements a thread in
 /// registers, shaders/include/fastrow.glsl and strictrow.glsl).
 pub const ONE_PASS_ROW_MIN: u64 = 1024;
 /// See [`ONE_PASS_ROW_MIN`].
-pub const ONE_PASS_ROW_MAX: u64 = 32 * 256;
+pub const ONE_PASS_ROW_MAX: u64 = 64 * 256;
 
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
@@ -1017,8 +1017,21 @@ enum RowOp {
 }
 
 impl RowOp {
-    /// The tree kernel (shaders/<name>.comp, rowtree.glsl): any row length, any threads a row.
-    fn tree_kernel(self) -> &'static str {
+    /// The tree kernel (shaders/<name>.comp, rowtree.glsl) for rows of `n`: any row length, any
+    /// threads a row. Rows longer than [`ONE_PASS_ROW_MAX`] take the variant that loads each
+    /// iteration's elements before using any (shaders/<name>_long.comp, TREE_PRELOAD); shorter
+    /// ones the variant that holds fewer registers.
+    fn tree_kernel(self, n: u64) -> &'static str {
+        match (self, n > ONE_PASS_ROW_MAX) {
+            (RowOp::Softmax, true) => "softmax_long",
+            (RowOp::Layernorm, true) => "layernorm_long",
+            (RowOp::Rmsnorm, true) => "rmsnorm_long",
+            (op, false) => op.name(),
+        }
+    }
+
+    /// The operation's name in messages (also its shorter rows' tree kernel).
+    fn name(self) -> &'static str {
         match self {
             RowOp::Softmax => "softmax",
             RowOp::Layernorm => "layernorm",
@@ -1028,52 +1041,66 @@ impl RowOp {
 
     /// The one-pass kernel in `tier` for rows of `n` (ONE_PASS_ROW_MIN to ONE_PASS_ROW_MAX),
     /// and the rows a workgroup of it takes. Each tier has one kernel for rows up to 1024, 2048,
-    /// 4096 and 8192 elements. The fast tier's (shaders/<op>_fast_<PER>.comp) give a row 256
-    /// threads with 4, 8, 16 or 32 elements each: the fewest that hold the row (fewer registers,
-    /// more rows in flight). The strict tier's (<op>_strict_<T>x<PER>.comp) keep 16 elements a
-    /// thread on fewer threads a row up to rows of 4096 (T: 64, 128 or 256; 256 / T rows a
-    /// workgroup), 32 beyond: the tree's per-row work (its barriers, the strict division and
-    /// square root) is then spread over more elements (H200, strict LAYERNORM over rows of 1024:
-    /// 293 GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16).
+    /// 4096, 8192 and 16384 elements. The fast tier's (shaders/<op>_fast_<PER>.comp) give a row
+    /// 256 threads with 4, 8, 16, 32 or 64 elements each: the fewest that hold the row (fewer
+    /// registers, more rows in flight). The strict tier's (<op>_strict_<T>x<PER>.comp) keep 16
+    /// elements a thread on fewer threads a row up to rows of 4096 (T: 64, 128 or 256; 256 / T
+    /// rows a workgroup), 32 and 64 beyond: the tree's per-row work (its barriers, the strict
+    /// division and square root) is then spread over more elements (H200, strict LAYERNORM over
+    /// rows of 1024: 293 GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16). The
+    /// strict tier's lanes cannot spread a row of 16384 over more than 256 threads: thread t
+    /// folds lane t's elements in order. On the H100, 8192 rows of 16384 went from the tree
+    /// kernel's 897 GB/s (strict SOFTMAX), 1241 (LAYERNORM) and 1526 (RMSNORM) to 1399, 2042 and
+    /// 2562, and in the fast tier (which ran the strict tree kernel there) to 2905, 2636 and 2962.
     fn one_pass_kernel(self, tier: Tier, n: u64) -> (&'static str, u64) {
         let class = match n {
             ..=1024 => 0,
             1025..=2048 => 1,
             2049..=4096 => 2,
-            _ => 3,
+            4097..=8192 => 3,
+            _ => 4,
         };
-        let (fast, strict): ([&'static str; 4], [&'static str; 4]) = match self {
+        let (fast, strict): ([&'static str; 5], [&'static str; 5]) = match self {
             RowOp::Softmax => (
-                ["softmax_fast_4", "softmax_fast_8", "softmax_fast_16", "softmax_fast_32"],
+                ["softmax_fast_4", "softmax_fast_8", "softmax_fast_16", "softmax_fast_32", "softmax_fast_64"],
                 [
                     "softmax_strict_64x16",
                     "softmax_strict_128x16",
                     "softmax_strict_256x16",
                     "softmax_strict_256x32",
+                    "softmax_strict_256x64",
                 ],
             ),
             RowOp::Layernorm => (
-                ["layernorm_fast_4", "layernorm_fast_8", "layernorm_fast_16", "layernorm_fast_32"],
+                [
+                    "layernorm_fast_4",
+                    "layernorm_fast_8",
+                    "layernorm_fast_16",
+                    "layernorm_fast_32",
+                    "layernorm_fast_64",
+                ],
                 [
                     "layernorm_strict_64x16",
                     "layernorm_strict_128x16",
                     "layernorm_strict_256x16",
                     "layernorm_strict_256x32",
+                    "layernorm_strict_256x64",
                 ],
             ),
             RowOp::Rmsnorm => (
-                ["rmsnorm_fast_4", "rmsnorm_fast_8", "rmsnorm_fast_16", "rmsnorm_fast_32"],
+                ["rmsnorm_fast_4", "rmsnorm_fast_8", "rmsnorm_fast_16", "rmsnorm_fast_32", "rmsnorm_fast_64"],
                 [
                     "rmsnorm_strict_64x16",
                     "rmsnorm_strict_128x16",
                     "rmsnorm_strict_256x16",
                     "rmsnorm_strict_256x32",
+                    "rmsnorm_strict_256x64",
                 ],
             ),
         };
         match tier {
             Tier::Fast => (fast[class], 1),
-            Tier::Strict => (strict[class], [4, 2, 1, 1][class]),
+            Tier::Strict => (strict[class], [4, 2, 1, 1, 1][class]),
         }
     }
 }
@@ -1106,7 +1133,7 @@ fn dispatch_row_op(
         let groups = grid(rec, tuning, rows.div_ceil(rows_per_group))?;
         return rec.dispatch(&k.get(kernel)?, bindings, push, groups);
     }
-    dispatch_rows(rec, tuning, &k.get(op.tree_kernel())?, bindings, push, rows, tbits)
+    dispatch_rows(rec, tuning, &k.get(op.tree_kernel(n))?, bindings, push, rows, tbits)
 }
 
 /// [`softmax`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to [`ONE_PASS_ROW_MAX`]
@@ -1291,7 +1318,7 @@ fn norm_rows(
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
     let layernorm = matches!(op, RowOp::Layernorm);
-    let total = norm_checks(op.tree_kernel(), dst, x, rows, n, &[("gamma", gamma), ("beta", beta)])?;
+    let total = norm_checks(op.name(), dst, x, rows, n, &[("gamma", gamma), ("beta", beta)])?;
     // LAYERNORM reduces twice (mean, variance), RMSNORM once.
     let tbits = row_tbits(tuning, rows as u64, n as u64, false, (if layernorm { 2 } else { 1 }, 1))?;
     if total == 0 {
