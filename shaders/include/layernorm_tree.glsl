@@ -48,11 +48,7 @@ void row_elem(uint e, vec4 loaded) {
 }
 
 void main() {
-    if (!tree_group_live(p.rows, p.tbits)) {
-        return;
-    }
-    uint row = tree_row(p.tbits);
-    uint n = row < p.rows ? p.n : 0u;
+    TREE_ROW_BEGIN
     g_base = row * p.n;
     g_mu = strict_div(tree_reduce(TREE_ADD_FLUSHED, 0u, n, p.tbits), p.nf);
     float var = strict_div(tree_reduce(TREE_ADD_NONNEG, 1u, n, p.tbits), p.nf);

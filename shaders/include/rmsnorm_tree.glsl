@@ -35,11 +35,7 @@ void row_elem(uint e, vec4 loaded) {
 }
 
 void main() {
-    if (!tree_group_live(p.rows, p.tbits)) {
-        return;
-    }
-    uint row = tree_row(p.tbits);
-    uint n = row < p.rows ? p.n : 0u;
+    TREE_ROW_BEGIN
     g_base = row * p.n;
     // The squares are +0, positive normal, +inf or NaN.
     float ms = strict_div(tree_reduce(TREE_ADD_NONNEG, 0u, n, p.tbits), p.nf);

@@ -214,6 +214,16 @@ void tree_for_each(uint n, uint tbits) {
     }
 }
 
+// TREE_ROW_BEGIN: the start of a kernel whose push constants have `rows`, `n` and `tbits`: a
+// workgroup without rows returns (uniformly, before any barrier); then `row` (this invocation's;
+// may be a padding row) and `n` (0 for a padding row).
+#define TREE_ROW_BEGIN                                                                     \
+    if (!tree_group_live(p.rows, p.tbits)) {                                                \
+        return;                                                                             \
+    }                                                                                       \
+    uint row = tree_row(p.tbits);                                                           \
+    uint n = row < p.rows ? p.n : 0u;
+
 // Whether this workgroup has rows: groups = ceil(rows / (256 >> tbits)); the grid may have a
 // few more workgroups than that, and those return at once (uniformly, before any barrier).
 bool tree_group_live(uint rows, uint tbits) {

@@ -54,11 +54,7 @@ vec4 row_load(uint e) { return vec4(y[g_base + e], 0.0, 0.0, 0.0); }
 void row_elem(uint e, vec4 loaded) { y[g_base + e] = strict_mul(loaded.x, g_r); }
 
 void main() {
-    if (!tree_group_live(p.rows, p.tbits)) {
-        return;
-    }
-    uint row = tree_row(p.tbits);
-    uint n = row < p.rows ? p.n : 0u;
+    TREE_ROW_BEGIN
     g_base = row * p.n;
     g_mbase = ((p.flags & 1u) != 0u && n != 0u) ? mask_row_offset(row) : 0u;
     // The logits are canonical (strict_mul's and strict_add's results).
