@@ -1126,9 +1126,9 @@ fn strict_layernorm_flushes_partial_sums() {
     }
 }
 
-/// The fast tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of ONE_PASS_ROW_MIN to
-/// ONE_PASS_ROW_MAX): within a small relative error of float64, with a broadcast mask and scale,
-/// gamma and beta, and the same bits on a second run.
+/// The fast tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of FAST_ONE_PASS_ROW_MIN to
+/// ONE_PASS_ROW_MAX): within a small relative error of float64, with and without a broadcast
+/// mask, gamma and beta (the kernels' two output paths), and the same bits on a second run.
 #[test]
 fn fast_row_kernels_are_repeatable_and_accurate() {
     let Some(ex) = exec() else { return };
@@ -1138,14 +1138,16 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
     if !info.subgroup_shuffle {
         println!("{}: no subgroup shuffles, so the strict kernels ran", info.name);
     }
-    // Rows for each compiled width: 4, 8, 16 and 32 elements a thread.
-    for n in [rows::ONE_PASS_ROW_MIN as usize, 1500, 3000, 9001, rows::ONE_PASS_ROW_MAX as usize] {
+    // Rows for each compiled width: 4 (the shortest rows, and a ragged one), 8, 16, 32 and 64
+    // elements a thread.
+    let min = rows::FAST_ONE_PASS_ROW_MIN as usize;
+    for n in [min, 700, 1500, 3000, 9001, rows::ONE_PASS_ROW_MAX as usize] {
         let nrows = 3;
         let x: Vec<f32> = values(51, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
         let mask: Vec<f32> = values(52, n, 0).iter().map(|v| v.clamp(-5.0, 5.0)).collect();
         let gamma: Vec<f32> = values(53, n, 0).iter().map(|v| v.clamp(-2.0, 2.0)).collect();
         let beta: Vec<f32> = values(54, n, 0).iter().map(|v| v.clamp(-2.0, 2.0)).collect();
-        let run = |which: u8| -> Vec<f32> {
+        let run = |which: u8, extras: bool| -> Vec<f32> {
             let mut rec = Recorder::new(ex.device()).unwrap();
             let (sx, sm) = (upload(ex, &mut rec, &x), upload(ex, &mut rec, &mask));
             let (sg, sb) = (upload(ex, &mut rec, &gamma), upload(ex, &mut rec, &beta));
@@ -1159,14 +1161,25 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
                     &dst,
                     &sx,
                     &shape,
-                    Some((&sm, &[1, n][..])),
+                    extras.then_some((&sm, &[1, n][..])),
                     0.5,
                     &tuning,
                 )
                 .unwrap();
             } else if which == 2 {
-                rows::rmsnorm_in(k, &mut rec, Tier::Fast, &dst, &sx, nrows, n, Some(&sg), 1e-5, &tuning)
-                    .unwrap();
+                rows::rmsnorm_in(
+                    k,
+                    &mut rec,
+                    Tier::Fast,
+                    &dst,
+                    &sx,
+                    nrows,
+                    n,
+                    extras.then_some(&sg),
+                    1e-5,
+                    &tuning,
+                )
+                .unwrap();
             } else {
                 rows::layernorm_in(
                     k,
@@ -1176,8 +1189,8 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
                     &sx,
                     nrows,
                     n,
-                    Some(&sg),
-                    Some(&sb),
+                    extras.then_some(&sg),
+                    extras.then_some(&sb),
                     1e-5,
                     &tuning,
                 )
@@ -1185,15 +1198,18 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
             }
             fetch(ex, &mut rec, &dst)
         };
-        for which in [0u8, 1, 2] {
-            let got = run(which);
-            let again = run(which);
+        for (which, extras) in [0u8, 1, 2].into_iter().flat_map(|w| [(w, true), (w, false)]) {
+            let got = run(which, extras);
+            let again = run(which, extras);
             assert!(got.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "n {n}: not repeatable");
+            // Without extras: no mask, gamma 1 and beta 0.
+            let mask_at = |i: usize| if extras { f64::from(mask[i]) } else { 0.0 };
+            let gamma_at = |i: usize| if extras { f64::from(gamma[i]) } else { 1.0 };
+            let beta_at = |i: usize| if extras { f64::from(beta[i]) } else { 0.0 };
             for r in 0..nrows {
                 let row: Vec<f64> = x[r * n..(r + 1) * n].iter().map(|&v| f64::from(v)).collect();
                 let want: Vec<f64> = if which == 0 {
-                    let logit: Vec<f64> =
-                        row.iter().zip(&mask).map(|(v, m)| v * 0.5 + f64::from(*m)).collect();
+                    let logit: Vec<f64> = row.iter().enumerate().map(|(i, v)| v * 0.5 + mask_at(i)).collect();
                     let m = logit.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                     let e: Vec<f64> = logit.iter().map(|l| (l - m).exp()).collect();
                     let s: f64 = e.iter().sum();
@@ -1201,23 +1217,23 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
                 } else if which == 2 {
                     let ms = row.iter().map(|v| v * v).sum::<f64>() / n as f64;
                     let rs = 1.0 / (ms + 1e-5f32 as f64).sqrt();
-                    (0..n).map(|i| row[i] * rs * f64::from(gamma[i])).collect()
+                    (0..n).map(|i| row[i] * rs * gamma_at(i)).collect()
                 } else {
                     let mu = row.iter().sum::<f64>() / n as f64;
                     let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n as f64;
                     let rs = 1.0 / (var + 1e-5f32 as f64).sqrt();
-                    (0..n).map(|i| (row[i] - mu) * rs * f64::from(gamma[i]) + f64::from(beta[i])).collect()
+                    (0..n).map(|i| (row[i] - mu) * rs * gamma_at(i) + beta_at(i)).collect()
                 };
                 for i in 0..n {
                     let (g, w) = (f64::from(got[r * n + i]), want[i]);
                     let scale = match which {
                         0 => w.abs(),
                         2 => w.abs() + 1.0,
-                        _ => w.abs() + f64::from(beta[i]).abs() + 1.0,
+                        _ => w.abs() + beta_at(i).abs() + 1.0,
                     };
                     assert!(
                         (g - w).abs() <= 2e-5 * scale + 1e-30,
-                        "{} n {n} row {r} element {i}: {g} where float64 gives {w}",
+                        "{} (extras {extras}) n {n} row {r} element {i}: {g} where float64 gives {w}",
                         ["softmax", "layernorm", "rmsnorm"][usize::from(which)]
                     );
                 }

@@ -260,13 +260,20 @@ const LARGE_MIN_TILES: u64 = 384;
 /// (strict) faster than LARGE on an H200; at 1024^2 (64 tiles) 40% slower.
 const HUGE_MIN_TILES: u64 = 256;
 
-/// Rows the one-pass row kernels take (SOFTMAX, LAYERNORM and RMSNORM, either tier): from
-/// [`ONE_PASS_ROW_MIN`] elements (shorter rows leave most of a 256-thread workgroup idle; the
-/// tree kernels share a workgroup between rows) to [`ONE_PASS_ROW_MAX`] (64 elements a thread in
-/// registers, shaders/include/fastrow.glsl and strictrow.glsl).
+/// Rows the strict tier's one-pass row kernels take (SOFTMAX, LAYERNORM and RMSNORM; the fast
+/// tier's from [`FAST_ONE_PASS_ROW_MIN`]): from [`ONE_PASS_ROW_MIN`] elements (shorter rows leave
+/// most of a 256-thread workgroup idle; the tree kernels share a workgroup between rows) to
+/// [`ONE_PASS_ROW_MAX`] (64 elements a thread in registers, shaders/include/fastrow.glsl and
+/// strictrow.glsl).
 pub const ONE_PASS_ROW_MIN: u64 = 1024;
 /// See [`ONE_PASS_ROW_MIN`].
 pub const ONE_PASS_ROW_MAX: u64 = 64 * 256;
+/// The fast tier's one-pass kernels take rows from this many elements: with 4 elements a thread
+/// a row shorter than 1024 leaves threads idle, but the tree kernels (the strict tier's, with
+/// its strict steps) ran slower for every length measured on an H100, fast one-pass against
+/// tree, GB/s: LAYERNORM over rows of 128 617 against 319, 256 1066 / 312, 512 1664 / 1389, 768
+/// 2752 / 1407; SOFTMAX over rows of 128 594 / 433, 768 2731 / 1276.
+pub const FAST_ONE_PASS_ROW_MIN: u64 = 128;
 
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
@@ -1109,9 +1116,13 @@ impl RowOp {
 /// `n` on `rec`'s device: they reduce with subgroup shuffles; elsewhere the tree kernels
 /// (rowtree.glsl) run, which read a row once a pass. A number of threads a row chosen by
 /// `tuning` or `ADEADVM_ROW_THREADS` is the tree kernels' (the one-pass kernels use 256).
-fn one_pass_row(rec: &Recorder, tuning: &Tuning, n: u64) -> bool {
+fn one_pass_row(rec: &Recorder, tuning: &Tuning, tier: Tier, n: u64) -> bool {
+    let min = match tier {
+        Tier::Fast => FAST_ONE_PASS_ROW_MIN,
+        Tier::Strict => ONE_PASS_ROW_MIN,
+    };
     tuning.threads_per_row.or_else(row_threads_env).is_none()
-        && (ONE_PASS_ROW_MIN..=ONE_PASS_ROW_MAX).contains(&n)
+        && (min..=ONE_PASS_ROW_MAX).contains(&n)
         && rec.device().info().subgroup_shuffle
 }
 
@@ -1128,7 +1139,7 @@ fn dispatch_row_op(
     push: &[u32],
     (rows, n, tbits): (u64, u64, u32),
 ) -> Result<(), VulkanError> {
-    if one_pass_row(rec, tuning, n) {
+    if one_pass_row(rec, tuning, tier, n) {
         let (kernel, rows_per_group) = op.one_pass_kernel(tier, n);
         let groups = grid(rec, tuning, rows.div_ceil(rows_per_group))?;
         return rec.dispatch(&k.get(kernel)?, bindings, push, groups);
@@ -1136,8 +1147,8 @@ fn dispatch_row_op(
     dispatch_rows(rec, tuning, &k.get(op.tree_kernel(n))?, bindings, push, rows, tbits)
 }
 
-/// [`softmax`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to [`ONE_PASS_ROW_MAX`]
-/// elements take a one-pass kernel (the row read once into registers): shaders/softmax_strict_*.comp
+/// [`softmax`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] (fast tier:
+/// [`FAST_ONE_PASS_ROW_MIN`]) to [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel (the row read once into registers): shaders/softmax_strict_*.comp
 /// (the tree kernel's bits) or softmax_fast_*.comp (the device's exp, a fixed order of its own:
 /// the same bits run to run on one device); other rows take the tree kernel.
 #[allow(clippy::too_many_arguments)]
@@ -1229,8 +1240,8 @@ pub fn layernorm(
     layernorm_in(k, rec, Tier::Strict, dst, x, rows, n, gamma, beta, eps, &Tuning::default())
 }
 
-/// [`layernorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to
-/// [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/layernorm_strict_*.comp (the tree
+/// [`layernorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] (fast tier:
+/// [`FAST_ONE_PASS_ROW_MIN`]) to [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/layernorm_strict_*.comp (the tree
 /// kernel's bits) or layernorm_fast_*.comp (the device's inversesqrt, a fixed order of its own);
 /// other rows take the tree kernel.
 #[allow(clippy::too_many_arguments)]
@@ -1282,8 +1293,8 @@ pub fn rmsnorm_with(
     rmsnorm_in(k, rec, Tier::Strict, dst, x, rows, n, gamma, eps, tuning)
 }
 
-/// [`rmsnorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to
-/// [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/rmsnorm_strict_*.comp (the tree
+/// [`rmsnorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] (fast tier:
+/// [`FAST_ONE_PASS_ROW_MIN`]) to [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/rmsnorm_strict_*.comp (the tree
 /// kernel's bits) or rmsnorm_fast_*.comp (the device's inversesqrt, a fixed order of its own);
 /// other rows take the tree kernel.
 #[allow(clippy::too_many_arguments)]
