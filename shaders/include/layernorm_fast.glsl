@@ -27,12 +27,7 @@ void main() {
     float rs = inversesqrt(fast_reduce(q, false, 1u) / p.nf + p.eps);
     bool has_gamma = (p.flags & 1u) != 0u, has_beta = (p.flags & 2u) != 0u;
     if (!has_gamma && !has_beta) {
-        [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-            uint e = j * 256u + t;
-            if (e < n) {
-                y[base + e] = (v[j] - mu) * rs;
-            }
-        }
+        FAST_STORE((v[j] - mu) * rs)
         return;
     }
     // Every load of gamma and beta before the first store (FAST_STORE_ROW).

@@ -21,12 +21,7 @@ void main() {
     }
     float rs = inversesqrt(fast_reduce(q, false, 0u) / p.nf + p.eps);
     if ((p.flags & 1u) == 0u) {
-        [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-            uint e = j * 256u + t;
-            if (e < n) {
-                y[base + e] = v[j] * rs;
-            }
-        }
+        FAST_STORE(v[j] * rs)
         return;
     }
     // Every load of gamma before the first store (FAST_STORE_ROW).

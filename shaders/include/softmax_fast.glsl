@@ -41,12 +41,7 @@ void main() {
         s += v[j];
     }
     float r = 1.0 / fast_reduce(s, false, 1u);
-    [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-        uint e = j * 256u + t;
-        if (e < n) {
-            y[base + e] = v[j] * r;
-        }
-    }
+    FAST_STORE(v[j] * r)
 }
 
 #endif // ADEADVM_SOFTMAX_FAST_GLSL
