@@ -1022,7 +1022,9 @@ fn strict_rows_match_reference_bits() {
     // Five rows: the kernels with several rows a workgroup get a padding row.
     let nrows = 5;
     let (min, max) = (rows::ONE_PASS_ROW_MIN as usize, rows::ONE_PASS_ROW_MAX as usize);
-    for n in [min - 1, min, 1031, 2048, 3000, 4097, 9001, max, max + 1] {
+    // Each compiled shape: rows of up to 256, 512, 1024 (64 threads a row, four rows a
+    // workgroup), 2048, 4096, 8192 and 16384 elements; ragged rows and whole ones.
+    for n in [min - 1, min, 100, 256, 300, 512, 700, 1031, 2048, 3000, 4097, 9001, max, max + 1] {
         // (seed, spice, scale, sensitive, shift). The sensitive cases' results depend on the
         // order of the sums (a kernel pairing the tree's lanes otherwise fails them), so they
         // have no mask, gamma or beta, whose terms would hide a last-bit difference: logits
@@ -1089,12 +1091,15 @@ fn strict_rows_match_reference_bits() {
     }
 }
 
-/// A layernorm row whose tree lane meets a denormal partial sum: lane 0 adds 1.5 FLT_MIN and
-/// -1.25 FLT_MIN (0.25 FLT_MIN, flushed to zero by the strict add), then 2^-115 (the rest of the
-/// row is zero but for lane 3's 2 FLT_MIN and a denormal element), so the row's sum, its mean
-/// and every output differ where a kernel keeps a denormal (as lavapipe's arithmetic would
-/// without the flush, of a sum or of an element): each one-pass shape, and the
-/// tree kernels (a row shorter than the one-pass kernels take, and threads per row chosen).
+/// Layernorm rows whose sums meet a denormal partial sum, which the strict add flushes, so the
+/// row's sum, its mean and every output differ where a kernel keeps a denormal (as lavapipe's
+/// arithmetic would without the flush, of a sum or of an element). Within a lane (rows longer
+/// than 512): lane 0 adds 1.5 FLT_MIN and -1.25 FLT_MIN (0.25 FLT_MIN, flushed to zero), then
+/// 2^-115 (the rest of the row is zero but for lane 3's 2 FLT_MIN and a denormal element).
+/// Between lanes: lanes 0 and 128 (or 16) hold 1.5 and -1.25 FLT_MIN, which the tree's level 128
+/// (16) pairs, and lane 64 (8) 2^-115: levels within a thread, in shared memory and by shuffles
+/// on NVIDIA (64 threads a row, subgroups of 32). Each one-pass shape, and the tree kernels (a row
+/// shorter than the one-pass kernels take, threads per row chosen, and a long row).
 #[test]
 fn strict_layernorm_flushes_partial_sums() {
     let Some(ex) = exec() else { return };
@@ -1102,27 +1107,40 @@ fn strict_layernorm_flushes_partial_sums() {
     let m = f32::MIN_POSITIVE;
     let tree = Tuning { threads_per_row: Some(64), ..Tuning::default() };
     let max = rows::ONE_PASS_ROW_MAX as usize;
-    let one_pass = [rows::ONE_PASS_ROW_MIN as usize, 2048, 4096, 8192, max];
-    // Beside the one-pass kernels, the tree kernels for short rows, with threads chosen, and
-    // for long rows (their variant that loads ahead).
-    let trees = [(600, Tuning::default()), (4096, tree), (max + 1, Tuning::default())];
+    let one_pass = [200, 512, 1024, 2048, 4096, 8192, max];
+    let trees = [
+        (rows::ONE_PASS_ROW_MIN as usize - 1, Tuning::default()),
+        (4096, tree),
+        (max + 1, Tuning::default()),
+    ];
     let cases = one_pass.map(|n| (n, Tuning::default())).into_iter().chain(trees);
     for (n, tuning) in cases {
-        let mut x = vec![0.0f32; 2 * n];
-        for (row, sign) in [(0, 1.0f32), (1, -1.0)] {
-            let r = &mut x[row * n..(row + 1) * n];
-            (r[0], r[256], r[512]) = (1.5 * m * sign, -1.25 * m * sign, 2048.0 * m * sign);
-            // Lane 3: 2 FLT_MIN, then a denormal element (flushed: the lane stays 2 FLT_MIN).
-            (r[3], r[259]) = (2.0 * m * sign, f32::from_bits(0x0040_0000) * sign);
+        // 0: within a lane; else the tree's levels `level` and `level / 2`.
+        for level in [0, 128, 16] {
+            if (level == 0 && n <= 512) || n <= level {
+                continue;
+            }
+            let mut x = vec![0.0f32; 2 * n];
+            for (row, sign) in [(0, 1.0f32), (1, -1.0)] {
+                let r = &mut x[row * n..(row + 1) * n];
+                if level == 0 {
+                    (r[0], r[256], r[512]) = (1.5 * m * sign, -1.25 * m * sign, 2048.0 * m * sign);
+                    // Lane 3: 2 FLT_MIN, then a denormal element (flushed: the lane stays 2 FLT_MIN).
+                    (r[3], r[259]) = (2.0 * m * sign, f32::from_bits(0x0040_0000) * sign);
+                } else {
+                    (r[0], r[level], r[level / 2]) = (1.5 * m * sign, -1.25 * m * sign, 2048.0 * m * sign);
+                }
+            }
+            let mut want = vec![0.0f32; 2 * n];
+            reference::layernorm(&x, n, None, None, 1e-5, &mut want);
+            let mut rec = Recorder::new(ex.device()).unwrap();
+            let sx = upload(ex, &mut rec, &x);
+            let d = ex.alloc((2 * n) as u64 * 4).unwrap();
+            rows::layernorm_in(k, &mut rec, Tier::Strict, &d, &sx, 2, n, None, None, 1e-5, &tuning).unwrap();
+            let what =
+                format!("strict layernorm [2, {n}] ({tuning:?}), a denormal partial sum (level {level})");
+            check(same_bits(&what, &want, &fetch(ex, &mut rec, &d)));
         }
-        let mut want = vec![0.0f32; 2 * n];
-        reference::layernorm(&x, n, None, None, 1e-5, &mut want);
-        let mut rec = Recorder::new(ex.device()).unwrap();
-        let sx = upload(ex, &mut rec, &x);
-        let d = ex.alloc((2 * n) as u64 * 4).unwrap();
-        rows::layernorm_in(k, &mut rec, Tier::Strict, &d, &sx, 2, n, None, None, 1e-5, &tuning).unwrap();
-        let what = format!("strict layernorm [2, {n}] ({tuning:?}), a denormal partial sum");
-        check(same_bits(&what, &want, &fetch(ex, &mut rec, &d)));
     }
 }
 
@@ -1138,10 +1156,11 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
     if !info.subgroup_shuffle {
         println!("{}: no subgroup shuffles, so the strict kernels ran", info.name);
     }
-    // Rows for each compiled width: 4 (the shortest rows, and a ragged one), 8, 16, 32 and 64
-    // elements a thread.
+    // Rows for each compiled shape: 1, 2, 4, 8, 16, 32 and 64 threads a row with 4 elements
+    // each (whole rows and ragged ones), 64 with 8 and 16; 256 with 8, 16, 32 and 64.
     let min = rows::FAST_ONE_PASS_ROW_MIN as usize;
-    for n in [min, 700, 1500, 3000, 9001, rows::ONE_PASS_ROW_MAX as usize] {
+    let max = rows::ONE_PASS_ROW_MAX as usize;
+    for n in [min, 3, 8, 16, 32, 64, 100, 256, 300, 700, 1500, 3000, 6000, 9001, max] {
         let nrows = 3;
         let x: Vec<f32> = values(51, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
         let mask: Vec<f32> = values(52, n, 0).iter().map(|v| v.clamp(-5.0, 5.0)).collect();

@@ -1,9 +1,9 @@
 // rmsnorm_fast.glsl -- RMSNORM over rows of n in the fast tier, one pass: each row is read once
-// into registers (fastrow.glsl), its mean square reduced in fastrow's fixed order, inversesqrt
-// the device's own; the same bits run to run on one device, not the CPU's bits. Same bindings
-// and push constants as rmsnorm.comp (tbits unused). Compiled once per FAST_PER (elements a
-// thread: 4, 8, 16, 32, 64) as shaders/rmsnorm_fast_<PER>.comp; ops::rows takes the smallest that
-// holds the row.
+// into registers (fastrow.glsl), its mean square reduced in fastrow's fixed order, inversesqrt the
+// device's own; the same bits run to run on one device, not the CPU's bits. Same bindings and push
+// constants as rmsnorm.comp (tbits unused). Compiled once per shape (FAST_T threads a row, FAST_PER
+// elements a thread) as shaders/rmsnorm_fast_[<T>x]<PER>.comp; ops::rows::RowOp::one_pass_kernel
+// picks one by the row's length.
 #ifndef ADEADVM_RMSNORM_FAST_GLSL
 #define ADEADVM_RMSNORM_FAST_GLSL
 #include "fastrow.glsl"
@@ -15,7 +15,7 @@ void main() {
     float v[FAST_PER];
     float q = 0.0;
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-        uint e = j * 256u + t;
+        uint e = fast_elem(j);
         v[j] = e < n ? x[base + e] : 0.0;
         q += v[j] * v[j];
     }
@@ -26,7 +26,7 @@ void main() {
     }
     // Every load of gamma before the first store (FAST_STORE_ROW).
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-        v[j] = v[j] * rs * gamma[min(j * 256u + t, n - 1u)];
+        v[j] = v[j] * rs * gamma[min(fast_elem(j), FAST_LAST)];
     }
     FAST_STORE_ROW
 }

@@ -1,10 +1,9 @@
-// softmax_fast.glsl -- SOFTMAX over the last axis in the fast tier, one pass: each row is read
-// once into registers (fastrow.glsl), its max and sum reduced in fastrow's fixed order, exp the
-// device's own; the same bits run to run on one device, within a few ulp of the exact result,
-// not the CPU's bits. Same bindings and push constants as softmax.comp (tbits unused).
-// Compiled once per FAST_PER (elements a thread: 4, 8, 16, 32, 64) as
-// shaders/softmax_fast_<PER>.comp; ops::rows takes the smallest that holds the row (fewer
-// registers, more rows in flight).
+// softmax_fast.glsl -- SOFTMAX over the last axis in the fast tier, one pass: each row is read once
+// into registers (fastrow.glsl), its max and sum reduced in fastrow's fixed order, exp the device's
+// own; the same bits run to run on one device, within a few ulp of the exact result, not the CPU's
+// bits. Same bindings and push constants as softmax.comp (tbits unused). Compiled once per shape
+// (FAST_T threads a row, FAST_PER elements a thread) as shaders/softmax_fast_[<T>x]<PER>.comp;
+// ops::rows::RowOp::one_pass_kernel picks one by the row's length.
 #ifndef ADEADVM_SOFTMAX_FAST_GLSL
 #define ADEADVM_SOFTMAX_FAST_GLSL
 #include "fastrow.glsl"
@@ -20,12 +19,12 @@ void main() {
     // loop (behind its branch) each element's load waited for the last (H100, rows of 8192:
     // 1605 -> 2941 GB/s).
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-        uint e = j * 256u + t;
+        uint e = fast_elem(j);
         v[j] = e < n ? x[base + e] * p.scale : m;
     }
     if (masked) {
         [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-            uint e = j * 256u + t;
+            uint e = fast_elem(j);
             if (e < n) {
                 v[j] += mask[mbase + e * p.mask_last];
             }
@@ -37,7 +36,7 @@ void main() {
     m = fast_reduce(m, true, 0u);
     float s = 0.0;
     [[unroll]] for (uint j = 0u; j < FAST_PER; j++) {
-        v[j] = j * 256u + t < n ? exp(v[j] - m) : 0.0;
+        v[j] = fast_elem(j) < n ? exp(v[j] - m) : 0.0;
         s += v[j];
     }
     float r = 1.0 / fast_reduce(s, false, 1u);

@@ -1,9 +1,9 @@
 // strictrow.glsl -- the strict tier's one-pass row kernels (softmax_strict, layernorm_strict,
 // rmsnorm_strict): fastrow.glsl's shape with rowtree.glsl's bits. A row is held in the registers of its
 // STRICT_T threads (64, 128 or 256; 256 / STRICT_T rows a workgroup of 256), STRICT_PER
-// elements each (16, 32 or 64): thread t of a row holds elements e = t + STRICT_T * j
+// elements each (4 to 64): thread t of a row holds elements e = t + STRICT_T * j
 // (j < STRICT_PER), so the row is read once and written once, where rowtree's kernels read it
-// once a pass (rows of 1024 to 16384 elements; ops::rows::RowOp::one_pass_kernel picks these
+// once a pass (rows of up to 16384 elements; ops::rows::RowOp::one_pass_kernel picks these
 // for those rows on devices with subgroup shuffles in compute shaders).
 //
 // The bits are numerics::reduce's 256-lane tree (rowtree.glsl has the rules): thread t holds
@@ -31,7 +31,7 @@
 #include "treeops.glsl"
 
 layout(local_size_x = 256) in;
-// STRICT_T (threads a row) and STRICT_PER (elements a thread: 16 or 32, no suffix, since the
+// STRICT_T (threads a row) and STRICT_PER (elements a thread: 4, 8, 16, 32 or 64, no suffix, since the
 // preprocessor tests it) are defined by shaders/{softmax,layernorm,rmsnorm}_strict_<T>x<PER>.comp.
 const uint SROW_T = STRICT_T;
 const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgroup
@@ -45,7 +45,15 @@ const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgr
 // element that one of 32 does (H100, over rows of 16384, one array of 64 against two of 32:
 // strict SOFTMAX 1096 -> 1388 GB/s, LAYERNORM 1273 -> 2026, RMSNORM 1872 -> 2551).
 // SROW_EACH_HALF(X): X(j) for every j < SROW_HALF, written out.
-#if STRICT_PER == 16
+#if STRICT_PER == 4
+#define SROW_EACH_HALF(X) SROW_EACH4(X, 0u)
+const uint SROW_HALF = 4u;
+#define SROW_DECLARE_AND_LOAD float v[4]; SROW_EACH4(SROW_LOAD, 0u)
+#elif STRICT_PER == 8
+#define SROW_EACH_HALF(X) SROW_EACH8(X, 0u)
+const uint SROW_HALF = 8u;
+#define SROW_DECLARE_AND_LOAD float v[8]; SROW_EACH8(SROW_LOAD, 0u)
+#elif STRICT_PER == 16
 #define SROW_EACH_HALF(X) SROW_EACH16(X, 0u)
 const uint SROW_HALF = 16u;
 #define SROW_DECLARE_AND_LOAD float v[16]; SROW_EACH16(SROW_LOAD, 0u)
@@ -58,7 +66,7 @@ const uint SROW_HALF = 32u;
 const uint SROW_HALF = 32u;
 #define SROW_DECLARE_AND_LOAD float v[32]; float w[32]; SROW_EACH32(SROW_LOAD, 0u) SROW_EACH32(SROW_LOAD_W, 0u)
 #else
-#error "STRICT_PER is 16, 32 or 64"
+#error "STRICT_PER is 4, 8, 16, 32 or 64"
 #endif
 #if STRICT_T != 64 && STRICT_T != 128 && STRICT_T != 256
 #error "STRICT_T is 64, 128 or 256"
@@ -69,7 +77,7 @@ const uint SROW_HALF = 32u;
 // `row`, `live` (row < p.rows), `t` (srow_thread()), `n` (0 for a padding row), `base` (the
 // row's first element) and the thread's elements `v`, every load issued at once before any
 // arithmetic: a load inside the strict arithmetic's branches waits for the steps before it. A
-// thread past the row's end (n >= 1024 here) reads the row's last element, unused, rather than
+// thread past the row's end reads the row's last element, unused, rather than
 // branch.
 #define SROW_LOAD_AT(j) (live ? x[base + min(t + SROW_T * (j), n - 1u)] : 0.0)
 #define SROW_LOAD(j) v[j] = SROW_LOAD_AT(j);

@@ -261,19 +261,22 @@ const LARGE_MIN_TILES: u64 = 384;
 const HUGE_MIN_TILES: u64 = 256;
 
 /// Rows the strict tier's one-pass row kernels take (SOFTMAX, LAYERNORM and RMSNORM; the fast
-/// tier's from [`FAST_ONE_PASS_ROW_MIN`]): from [`ONE_PASS_ROW_MIN`] elements (shorter rows leave
-/// most of a 256-thread workgroup idle; the tree kernels share a workgroup between rows) to
+/// tier's from [`FAST_ONE_PASS_ROW_MIN`]): from [`ONE_PASS_ROW_MIN`] elements to
 /// [`ONE_PASS_ROW_MAX`] (64 elements a thread in registers, shaders/include/fastrow.glsl and
-/// strictrow.glsl).
-pub const ONE_PASS_ROW_MIN: u64 = 1024;
+/// strictrow.glsl). A shorter row leaves most of its 64 threads idle, and the tree kernels
+/// share a workgroup between more rows: on the H100, strict SOFTMAX, LAYERNORM and RMSNORM over
+/// 16M elements in rows of 32 ran at 281, 170 and 285 GB/s one-pass against the tree kernels'
+/// 436, 311 and 479; rows of 48 394 against 336 (softmax), 64 486 / 419, 128 966 / 404.
+pub const ONE_PASS_ROW_MIN: u64 = 48;
 /// See [`ONE_PASS_ROW_MIN`].
 pub const ONE_PASS_ROW_MAX: u64 = 64 * 256;
-/// The fast tier's one-pass kernels take rows from this many elements: with 4 elements a thread
-/// a row shorter than 1024 leaves threads idle, but the tree kernels (the strict tier's, with
-/// its strict steps) ran slower for every length measured on an H100, fast one-pass against
-/// tree, GB/s: LAYERNORM over rows of 128 617 against 319, 256 1066 / 312, 512 1664 / 1389, 768
-/// 2752 / 1407; SOFTMAX over rows of 128 594 / 433, 768 2731 / 1276.
-pub const FAST_ONE_PASS_ROW_MIN: u64 = 128;
+/// The fast tier's one-pass kernels take every row from one element (up to
+/// [`ONE_PASS_ROW_MAX`]): with as few threads a row as hold it ([`RowOp::one_pass_kernel`])
+/// they ran faster than the tree kernels (the strict tier's, with its strict steps, which the
+/// fast tier ran for short rows before) at every length measured on the H100, GB/s: SOFTMAX
+/// over rows of 4 1074 against 499, 16 2450 / 456, 128 3048 / 404; LAYERNORM over rows of 768
+/// 3121 against 1365.
+pub const FAST_ONE_PASS_ROW_MIN: u64 = 1;
 
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
@@ -1046,68 +1049,74 @@ impl RowOp {
         }
     }
 
-    /// The one-pass kernel in `tier` for rows of `n` (ONE_PASS_ROW_MIN to ONE_PASS_ROW_MAX),
-    /// and the rows a workgroup of it takes. Each tier has one kernel for rows up to 1024, 2048,
-    /// 4096, 8192 and 16384 elements. The fast tier's (shaders/<op>_fast_<PER>.comp) give a row
-    /// 256 threads with 4, 8, 16, 32 or 64 elements each: the fewest that hold the row (fewer
-    /// registers, more rows in flight). The strict tier's (<op>_strict_<T>x<PER>.comp) keep 16
-    /// elements a thread on fewer threads a row up to rows of 4096 (T: 64, 128 or 256; 256 / T
-    /// rows a workgroup), 32 and 64 beyond: the tree's per-row work (its barriers, the strict
-    /// division and square root) is then spread over more elements (H200, strict LAYERNORM over
-    /// rows of 1024: 293 GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16). The
-    /// strict tier's lanes cannot spread a row of 16384 over more than 256 threads: thread t
-    /// folds lane t's elements in order. On the H100, 8192 rows of 16384 went from the tree
-    /// kernel's 897 GB/s (strict SOFTMAX), 1241 (LAYERNORM) and 1526 (RMSNORM) to 1399, 2042 and
-    /// 2562, and in the fast tier (which ran the strict tree kernel there) to 2905, 2636 and 2962.
+    /// The one-pass kernel in `tier` for rows of `n` (up to ONE_PASS_ROW_MAX), and the rows a
+    /// workgroup of 256 threads takes (256 / threads a row).
+    ///
+    /// The fast tier's (shaders/<op>_fast_[<T>x]<PER>.comp, T 256 where not named) give rows of
+    /// up to 256 elements the fewest threads, 1 to 64, that hold the row 4 elements a thread,
+    /// rows of up to 1024 64 threads with 8 or 16 elements each, and longer rows 256 threads
+    /// with 8 to 64 elements (the fewest that hold the row: fewer registers, more rows in
+    /// flight). Threads without elements cost as much as the rest: on the H100, fast SOFTMAX
+    /// over 16M elements in rows of 32 ran at 598 GB/s on 64 threads a row, 973 on 32, 2372 on
+    /// 16 and 2929 on 8 (4 elements a thread); rows of 4 1074 on 4 threads; rows of 512 2123 on
+    /// 256 threads with 4 elements (2 of them in the row), 3031 on 64 with 8; rows of 1024 2913
+    /// and 2945.
+    ///
+    /// The strict tier's (<op>_strict_<T>x<PER>.comp) keep 4 to 16 elements a thread on 64
+    /// threads a row up to rows of 1024 (4 rows a workgroup), 16 on 128 up to 2048 and on 256
+    /// up to 4096, 32 and 64 beyond: the tree's per-row work (its barriers, the strict division
+    /// and square root) is then spread over more elements (H200, strict LAYERNORM over rows of
+    /// 1024: 293 GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16). Fewer
+    /// than 64 threads would hold more than 4 of the tree's 256 lanes each. The strict tier's
+    /// lanes cannot spread a row of 16384 over more than 256 threads: thread t folds lane t's
+    /// elements in order. On the H100, 8192 rows of 16384 went from the tree kernel's 897 GB/s
+    /// (strict SOFTMAX), 1241 (LAYERNORM) and 1526 (RMSNORM) to 1399, 2042 and 2562, and in the
+    /// fast tier (which ran the strict tree kernel there) to 2905, 2636 and 2962.
     fn one_pass_kernel(self, tier: Tier, n: u64) -> (&'static str, u64) {
-        let class = match n {
-            ..=1024 => 0,
-            1025..=2048 => 1,
-            2049..=4096 => 2,
-            4097..=8192 => 3,
-            _ => 4,
-        };
-        let (fast, strict): ([&'static str; 5], [&'static str; 5]) = match self {
-            RowOp::Softmax => (
-                ["softmax_fast_4", "softmax_fast_8", "softmax_fast_16", "softmax_fast_32", "softmax_fast_64"],
-                [
-                    "softmax_strict_64x16",
-                    "softmax_strict_128x16",
-                    "softmax_strict_256x16",
-                    "softmax_strict_256x32",
-                    "softmax_strict_256x64",
-                ],
-            ),
-            RowOp::Layernorm => (
-                [
-                    "layernorm_fast_4",
-                    "layernorm_fast_8",
-                    "layernorm_fast_16",
-                    "layernorm_fast_32",
-                    "layernorm_fast_64",
-                ],
-                [
-                    "layernorm_strict_64x16",
-                    "layernorm_strict_128x16",
-                    "layernorm_strict_256x16",
-                    "layernorm_strict_256x32",
-                    "layernorm_strict_256x64",
-                ],
-            ),
-            RowOp::Rmsnorm => (
-                ["rmsnorm_fast_4", "rmsnorm_fast_8", "rmsnorm_fast_16", "rmsnorm_fast_32", "rmsnorm_fast_64"],
-                [
-                    "rmsnorm_strict_64x16",
-                    "rmsnorm_strict_128x16",
-                    "rmsnorm_strict_256x16",
-                    "rmsnorm_strict_256x32",
-                    "rmsnorm_strict_256x64",
-                ],
-            ),
+        // Rows of up to 4 << class elements.
+        let class = (n.max(4).next_power_of_two().trailing_zeros() - 2) as usize;
+        macro_rules! kernels {
+            ($op:literal) => {
+                (
+                    [
+                        concat!($op, "_fast_1x4"),
+                        concat!($op, "_fast_2x4"),
+                        concat!($op, "_fast_4x4"),
+                        concat!($op, "_fast_8x4"),
+                        concat!($op, "_fast_16x4"),
+                        concat!($op, "_fast_32x4"),
+                        concat!($op, "_fast_64x4"),
+                        concat!($op, "_fast_64x8"),
+                        concat!($op, "_fast_64x16"),
+                        concat!($op, "_fast_8"),
+                        concat!($op, "_fast_16"),
+                        concat!($op, "_fast_32"),
+                        concat!($op, "_fast_64"),
+                    ],
+                    [
+                        concat!($op, "_strict_64x4"),
+                        concat!($op, "_strict_64x8"),
+                        concat!($op, "_strict_64x16"),
+                        concat!($op, "_strict_128x16"),
+                        concat!($op, "_strict_256x16"),
+                        concat!($op, "_strict_256x32"),
+                        concat!($op, "_strict_256x64"),
+                    ],
+                )
+            };
+        }
+        let (fast, strict): ([&'static str; 13], [&'static str; 7]) = match self {
+            RowOp::Softmax => kernels!("softmax"),
+            RowOp::Layernorm => kernels!("layernorm"),
+            RowOp::Rmsnorm => kernels!("rmsnorm"),
         };
         match tier {
-            Tier::Fast => (fast[class], 1),
-            Tier::Strict => (strict[class], [4, 2, 1, 1, 1][class]),
+            Tier::Fast => (fast[class], [256, 128, 64, 32, 16, 8, 4, 4, 4, 1, 1, 1, 1][class]),
+            // Rows of up to 256 elements share the first.
+            Tier::Strict => {
+                let c = class.saturating_sub(6);
+                (strict[c], [4, 4, 4, 2, 1, 1, 1][c])
+            }
         }
     }
 }

@@ -1,8 +1,9 @@
 #version 450
-// SOFTMAX in the fast tier for rows of up to 1024 elements (4 a thread): see
-// shaders/include/softmax_fast.glsl.
+// SOFTMAX in the fast tier for rows of up to 128 elements (32 threads a row, 4 elements a
+// thread, 8 rows a workgroup): see shaders/include/softmax_fast.glsl.
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#define FAST_T 32
 #define FAST_PER 4u
 #include "softmax_fast.glsl"

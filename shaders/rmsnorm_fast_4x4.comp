@@ -1,0 +1,9 @@
+#version 450
+// RMSNORM in the fast tier for rows of up to 16 elements (4 threads a row, 4 elements a
+// thread, 64 rows a workgroup): see shaders/include/rmsnorm_fast.glsl.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#define FAST_T 4
+#define FAST_PER 4u
+#include "rmsnorm_fast.glsl"
