@@ -5,6 +5,10 @@
 // ops::rows takes the one for the row's length.
 #ifndef ADEADVM_RMSNORM_STRICT_GLSL
 #define ADEADVM_RMSNORM_STRICT_GLSL
+// Rows of up to 4096 take 4 elements an iteration (strictrow.glsl's SROW_STEP).
+#if STRICT_PER <= 16
+#define SROW_STEP 4
+#endif
 #include "strictrow.glsl"
 #define NORM_NO_BETA
 #include "norm_common.glsl"

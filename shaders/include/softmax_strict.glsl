@@ -8,6 +8,10 @@
 // shaders/softmax_strict_<T>x<PER>.comp; ops::rows takes the one for the row's length.
 #ifndef ADEADVM_SOFTMAX_STRICT_GLSL
 #define ADEADVM_SOFTMAX_STRICT_GLSL
+// Rows of 8192 and 16384 take 16 elements an iteration (strictrow.glsl's SROW_STEP).
+#if STRICT_PER >= 32
+#define SROW_STEP 16
+#endif
 #include "strictrow.glsl"
 #include "softmax_common.glsl"
 
