@@ -1145,7 +1145,7 @@ fn strict_layernorm_flushes_partial_sums() {
 }
 
 /// The fast tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of FAST_ONE_PASS_ROW_MIN to
-/// ONE_PASS_ROW_MAX): within a small relative error of float64, with and without a broadcast
+/// FAST_ONE_PASS_ROW_MAX): within a small relative error of float64, with and without a broadcast
 /// mask, gamma and beta (the kernels' two output paths), and the same bits on a second run.
 #[test]
 fn fast_row_kernels_are_repeatable_and_accurate() {
@@ -1157,10 +1157,12 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
         println!("{}: no subgroup shuffles, so the strict kernels ran", info.name);
     }
     // Rows for each compiled shape: 1, 2, 4, 8, 16, 32 and 64 threads a row with 4 elements
-    // each (whole rows and ragged ones), 64 with 8 and 16; 256 with 8, 16, 32 and 64.
+    // each (whole rows and ragged ones), 64 with 8 and 16; 256 with 8, 16, 32 and 64; 1024 with
+    // 32 (on devices whose workgroups take 1024 threads, lavapipe's among them; else the tree
+    // kernel).
     let min = rows::FAST_ONE_PASS_ROW_MIN as usize;
-    let max = rows::ONE_PASS_ROW_MAX as usize;
-    for n in [min, 3, 8, 16, 32, 64, 100, 256, 300, 700, 1500, 3000, 6000, 9001, max] {
+    let (max, max1024) = (rows::ONE_PASS_ROW_MAX as usize, rows::FAST_ONE_PASS_ROW_MAX as usize);
+    for n in [min, 3, 8, 16, 32, 64, 100, 256, 300, 700, 1500, 3000, 6000, 9001, max, 20000, max1024] {
         let nrows = 3;
         let x: Vec<f32> = values(51, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
         let mask: Vec<f32> = values(52, n, 0).iter().map(|v| v.clamp(-5.0, 5.0)).collect();

@@ -1,6 +1,5 @@
 // fastrow.glsl -- what the fast tier's one-pass row kernels (softmax_fast, layernorm_fast,
-// rmsnorm_fast) share: FAST_T threads a row (256, or 64 for rows of up to 256 elements: four
-// rows a workgroup of 256), each thread holding its FAST_PER elements (e = j * FAST_T + t) in
+// rmsnorm_fast) share: FAST_T threads a row (1 to 1024), each thread holding its FAST_PER elements (e = j * FAST_T + t) in
 // registers, so a row is read once and written once (rows of FAST_ONE_PASS_ROW_MIN to
 // FAST_PER * FAST_T elements; ops::rows picks these kernels only for those, on devices with
 // subgroup shuffles in compute shaders). Reductions run in a fixed order: a butterfly of
@@ -14,14 +13,13 @@
 // A thread's place is its subgroup's number times the subgroup size plus its place in the
 // subgroup (fast_place), so a row's threads are whole subgroups, or whole parts of one, however
 // the device numbers invocations into subgroups; like the butterfly, it takes the workgroup's
-// subgroups to be full (256 threads, a power-of-two subgroup size).
+// subgroups to be full (256 or FAST_T threads, a power-of-two subgroup size).
 #ifndef ADEADVM_FASTROW_GLSL
 #define ADEADVM_FASTROW_GLSL
 // The including shader enables GL_KHR_shader_subgroup_basic and _shuffle (shaders/build.sh
 // compiles a shader that names GL_KHR_shader_subgroup for Vulkan 1.1: SPIR-V 1.3).
 #extension GL_EXT_control_flow_attributes : require
 
-layout(local_size_x = 256) in;
 // FAST_PER, the elements a thread holds, and FAST_T, the threads a row (256 unless defined), are
 // defined by the including shader (shaders/{softmax,layernorm,rmsnorm}_fast_[<T>x]<PER>.comp;
 // ops::rows::RowOp::one_pass_kernel).
@@ -31,9 +29,18 @@ layout(local_size_x = 256) in;
 #ifndef FAST_T
 #define FAST_T 256
 #endif
-const uint FAST_ROWS = 256u / FAST_T; // rows a workgroup
+// A workgroup of 256 threads holds 256 / FAST_T rows; a row of more threads (1024, for rows of
+// up to 32768 elements on devices that allow such workgroups) is a workgroup of its own.
+#if FAST_T > 256
+layout(local_size_x = FAST_T) in;
+const uint FAST_ROWS = 1u;
+#else
+layout(local_size_x = 256) in;
+const uint FAST_ROWS = 256u / FAST_T;
+#endif
 // Each reduction of a kernel has its own slot (`slot`, 0 or 1), so one never overwrites
-// partials another thread may still be reading: one barrier each.
+// partials another thread may still be reading: one barrier each. A part for each subgroup
+// (each FAST_T threads where a subgroup holds several rows): at most 256 of them.
 shared float fast_part[2][256];
 
 // The thread's place in the workgroup (see the top).
@@ -46,7 +53,7 @@ uint fast_place() { return gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocati
 // element's index in any row (where gamma and beta are read clamped). With a row a
 // workgroup, the thread's place is its invocation index (fast_place's bookkeeping and the
 // padding rows' cost 12% over rows of 16384: H100, fast LAYERNORM, 2940 -> 2595 GB/s).
-#if FAST_T == 256
+#if FAST_T >= 256
 #define FAST_ROW_BEGIN                                                                     \
     uint row = fast_group();                                                                \
     if (row >= p.rows) {                                                                    \
@@ -92,7 +99,7 @@ uint fast_group() {
 // The row's max (is_max) or sum of one value per thread; every thread of the row gets it.
 // Called by every thread of the workgroup.
 float fast_reduce(float v, bool is_max, uint slot) {
-#if FAST_T == 256
+#if FAST_T >= 256
     // One row: the butterfly within each subgroup, then the subgroups' results in order.
     for (uint o = gl_SubgroupSize >> 1; o > 0u; o >>= 1) {
         float w = subgroupShuffleXor(v, o);

@@ -270,6 +270,15 @@ const HUGE_MIN_TILES: u64 = 256;
 pub const ONE_PASS_ROW_MIN: u64 = 48;
 /// See [`ONE_PASS_ROW_MIN`].
 pub const ONE_PASS_ROW_MAX: u64 = 64 * 256;
+/// The fast tier's one-pass kernels take rows up to this many elements on devices whose
+/// workgroups take 1024 threads (32 elements a thread, a workgroup a row; others stop at
+/// [`ONE_PASS_ROW_MAX`]). 64 elements a thread on 1024 threads would need more registers than
+/// a multiprocessor has (65536 on NVIDIA's), and the strict tier's lanes spread a row over at
+/// most 256 threads. Against the tree kernel, which reads the row once a pass, on the H100 over
+/// 4096 rows of 32768, GB/s: fast SOFTMAX 1112 -> 2273, LAYERNORM 1330 -> 2958, RMSNORM 1907
+/// -> 2987; softmax over rows of 20000 1074 -> 2325. The driver gives the kernels 64 registers
+/// a thread (1024 threads: all a multiprocessor has) and no spills.
+pub const FAST_ONE_PASS_ROW_MAX: u64 = 32 * 1024;
 /// The fast tier's one-pass kernels take every row from one element (up to
 /// [`ONE_PASS_ROW_MAX`]): with as few threads a row as hold it ([`RowOp::one_pass_kernel`])
 /// they ran faster than the tree kernels (the strict tier's, with its strict steps, which the
@@ -1056,7 +1065,7 @@ impl RowOp {
     /// up to 256 elements the fewest threads, 1 to 64, that hold the row 4 elements a thread,
     /// rows of up to 1024 64 threads with 8 or 16 elements each, and longer rows 256 threads
     /// with 8 to 64 elements (the fewest that hold the row: fewer registers, more rows in
-    /// flight). Threads without elements cost as much as the rest: on the H100, fast SOFTMAX
+    /// flight), rows of up to 32768 1024 threads with 32 ([`FAST_ONE_PASS_ROW_MAX`]). Threads without elements cost as much as the rest: on the H100, fast SOFTMAX
     /// over 16M elements in rows of 32 ran at 598 GB/s on 64 threads a row, 973 on 32, 2372 on
     /// 16 and 2929 on 8 (4 elements a thread); rows of 4 1074 on 4 threads; rows of 512 2123 on
     /// 256 threads with 4 elements (2 of them in the row), 3031 on 64 with 8; rows of 1024 2913
@@ -1092,6 +1101,7 @@ impl RowOp {
                         concat!($op, "_fast_16"),
                         concat!($op, "_fast_32"),
                         concat!($op, "_fast_64"),
+                        concat!($op, "_fast_1024x32"),
                     ],
                     [
                         concat!($op, "_strict_64x4"),
@@ -1105,13 +1115,13 @@ impl RowOp {
                 )
             };
         }
-        let (fast, strict): ([&'static str; 13], [&'static str; 7]) = match self {
+        let (fast, strict): ([&'static str; 14], [&'static str; 7]) = match self {
             RowOp::Softmax => kernels!("softmax"),
             RowOp::Layernorm => kernels!("layernorm"),
             RowOp::Rmsnorm => kernels!("rmsnorm"),
         };
         match tier {
-            Tier::Fast => (fast[class], [256, 128, 64, 32, 16, 8, 4, 4, 4, 1, 1, 1, 1][class]),
+            Tier::Fast => (fast[class], [256, 128, 64, 32, 16, 8, 4, 4, 4, 1, 1, 1, 1, 1][class]),
             // Rows of up to 256 elements share the first.
             Tier::Strict => {
                 let c = class.saturating_sub(6);
@@ -1124,15 +1134,23 @@ impl RowOp {
 /// Whether the one-pass row kernels (shaders/include/fastrow.glsl, strictrow.glsl) take rows of
 /// `n` on `rec`'s device: they reduce with subgroup shuffles; elsewhere the tree kernels
 /// (rowtree.glsl) run, which read a row once a pass. A number of threads a row chosen by
-/// `tuning` or `ADEADVM_ROW_THREADS` is the tree kernels' (the one-pass kernels use 256).
+/// `tuning` or `ADEADVM_ROW_THREADS` is the tree kernels' (the one-pass kernels choose their
+/// own, [`RowOp::one_pass_kernel`]).
 fn one_pass_row(rec: &Recorder, tuning: &Tuning, tier: Tier, n: u64) -> bool {
-    let min = match tier {
-        Tier::Fast => FAST_ONE_PASS_ROW_MIN,
-        Tier::Strict => ONE_PASS_ROW_MIN,
+    let info = rec.device().info();
+    let (min, max) = match tier {
+        Tier::Fast
+            if info.max_compute_workgroup_invocations >= 1024
+                && info.max_compute_workgroup_size[0] >= 1024 =>
+        {
+            (FAST_ONE_PASS_ROW_MIN, FAST_ONE_PASS_ROW_MAX)
+        }
+        Tier::Fast => (FAST_ONE_PASS_ROW_MIN, ONE_PASS_ROW_MAX),
+        Tier::Strict => (ONE_PASS_ROW_MIN, ONE_PASS_ROW_MAX),
     };
     tuning.threads_per_row.or_else(row_threads_env).is_none()
-        && (min..=ONE_PASS_ROW_MAX).contains(&n)
-        && rec.device().info().subgroup_shuffle
+        && (min..=max).contains(&n)
+        && info.subgroup_shuffle
 }
 
 /// Dispatches the kernel of `op` over `rows` rows of `n`: its one-pass kernel where
