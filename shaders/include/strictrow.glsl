@@ -105,11 +105,11 @@ const uint SROW_HALF = 32u;
 // SROW_STEP, the elements an iteration takes (4, 8 or 16; no suffix, since the preprocessor
 // tests it): each iteration rotates the whole array, so larger steps cost fewer moves an element
 // but a longer body. 8 unless the including shader chose (from rows of 512, where a thread holds
-// 8 elements or more), measured on an H100 against 4, GB/s: strict SOFTMAX over rows of 512 1633
-// -> 1745, 1024 1643 -> 1725, 4096 1610 -> 1708, 8192 1507 -> 1793 (16: 1912), 16384 1388 ->
-// 1548 (16: 1584); LAYERNORM over rows of 512 1613 -> 1670, 1024 1716 -> 1792, 4096 1949 ->
-// 1982, 16384 2043 -> 2268; RMSNORM over rows of 16384 2561 -> 2775, but rows of 512 2533 ->
-// 2433 and 1024 2648 -> 2615.
+// 8 elements or more), measured on an H100 against 4 over 16M elements or more, GB/s: strict
+// SOFTMAX over rows of 512 1633 -> 1745, 1024 1643 -> 1725, 4096 1610 -> 1708, 8192 1507 -> 1793
+// (16: 1912), 16384 1388 -> 1548 (16: 1584); LAYERNORM over rows of 4096 1949 -> 1982, 16384
+// 2043 -> 2268; RMSNORM over rows of 16384 2561 -> 2775, but rows of 512 2533 -> 2433 and 1024
+// 2648 -> 2615, and LAYERNORM over 4096 rows of 1024 1414 -> 1252 (the kernels choose 4 there).
 #ifndef SROW_STEP
 #if STRICT_PER >= 8
 #define SROW_STEP 8

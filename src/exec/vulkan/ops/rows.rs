@@ -277,7 +277,7 @@ pub const ONE_PASS_ROW_MAX: u64 = 64 * 256;
 /// most 256 threads. Against the tree kernel, which reads the row once a pass, on the H100 over
 /// 4096 rows of 32768, GB/s: fast SOFTMAX 1112 -> 2273, LAYERNORM 1330 -> 2958, RMSNORM 1907
 /// -> 2987; softmax over rows of 20000 1074 -> 2325. The driver gives the kernels 64 registers
-/// a thread (1024 threads: all a multiprocessor has) and no spills.
+/// a thread (1024 threads: all a multiprocessor has).
 pub const FAST_ONE_PASS_ROW_MAX: u64 = 32 * 1024;
 /// The fast tier's one-pass kernels take every row from one element (up to
 /// [`ONE_PASS_ROW_MAX`]): with as few threads a row as hold it ([`RowOp::one_pass_kernel`])
