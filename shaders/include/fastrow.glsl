@@ -1,14 +1,13 @@
 // fastrow.glsl -- what the fast tier's one-pass row kernels (softmax_fast, layernorm_fast,
-// rmsnorm_fast) share: FAST_T threads a row (1 to 1024), each thread holding its FAST_PER elements (e = j * FAST_T + t) in
-// registers, so a row is read once and written once (rows of FAST_ONE_PASS_ROW_MIN to
-// FAST_PER * FAST_T elements; ops::rows picks these kernels only for those, on devices with
-// subgroup shuffles in compute shaders). Reductions run in a fixed order: a butterfly of
-// shuffles within each subgroup's part of a row (every lane ends with the same bits: each step
-// adds two values the same way round), then those parts' results in order. The same bits run
-// to run on one device (not the strict tier's tree, nor the CPU's bits). One barrier a
-// reduction, where the halving tree in shared memory it replaced took nine (measured on an
-// H100, fast SOFTMAX over rows of 4096: 1330 -> 1390 GB/s; LAYERNORM over rows of 1024: 809 ->
-// 865).
+// rmsnorm_fast) share: FAST_T threads a row (1 to 1024), each thread holding its FAST_PER elements
+// (e = j * FAST_T + t) in registers, so a row is read once and written once (rows of
+// FAST_ONE_PASS_ROW_MIN to FAST_PER * FAST_T elements; ops::rows picks these kernels only for
+// those, on devices with subgroup shuffles in compute shaders). Reductions run in a fixed order: a
+// butterfly of shuffles within each subgroup's part of a row (every lane ends with the same bits:
+// each step adds two values the same way round), then those parts' results in order. The same bits
+// run to run on one device (not the strict tier's tree, nor the CPU's bits). One barrier a
+// reduction, where the halving tree in shared memory it replaced took nine (measured on an H100,
+// fast SOFTMAX over rows of 4096: 1330 -> 1390 GB/s; LAYERNORM over rows of 1024: 809 -> 865).
 //
 // A thread's place is its subgroup's number times the subgroup size plus its place in the
 // subgroup (fast_place), so a row's threads are whole subgroups, or whole parts of one, however
@@ -100,7 +99,8 @@ uint fast_group() {
 // Called by every thread of the workgroup.
 float fast_reduce(float v, bool is_max, uint slot) {
 #if FAST_T >= 256
-    // One row: the butterfly within each subgroup, then the subgroups' results in order.
+    // A row a workgroup: the butterfly within each subgroup, then the subgroups' results in
+    // order.
     for (uint o = gl_SubgroupSize >> 1; o > 0u; o >>= 1) {
         float w = subgroupShuffleXor(v, o);
         v = is_max ? max(v, w) : v + w;

@@ -45,28 +45,24 @@ const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgr
 // element that one of 32 does (H100, over rows of 16384, one array of 64 against two of 32:
 // strict SOFTMAX 1096 -> 1388 GB/s, LAYERNORM 1273 -> 2026, RMSNORM 1872 -> 2551).
 // SROW_EACH_HALF(X): X(j) for every j < SROW_HALF, written out.
+#if STRICT_PER == 64
+#define SROW_EACH_HALF(X) SROW_EACH32(X, 0u)
+const uint SROW_HALF = 32u;
+#define SROW_DECLARE_AND_LOAD float v[32]; float w[32]; SROW_EACH_HALF(SROW_LOAD) SROW_EACH_HALF(SROW_LOAD_W)
+#else
 #if STRICT_PER == 4
 #define SROW_EACH_HALF(X) SROW_EACH4(X, 0u)
-const uint SROW_HALF = 4u;
-#define SROW_DECLARE_AND_LOAD float v[4]; SROW_EACH4(SROW_LOAD, 0u)
 #elif STRICT_PER == 8
 #define SROW_EACH_HALF(X) SROW_EACH8(X, 0u)
-const uint SROW_HALF = 8u;
-#define SROW_DECLARE_AND_LOAD float v[8]; SROW_EACH8(SROW_LOAD, 0u)
 #elif STRICT_PER == 16
 #define SROW_EACH_HALF(X) SROW_EACH16(X, 0u)
-const uint SROW_HALF = 16u;
-#define SROW_DECLARE_AND_LOAD float v[16]; SROW_EACH16(SROW_LOAD, 0u)
 #elif STRICT_PER == 32
 #define SROW_EACH_HALF(X) SROW_EACH32(X, 0u)
-const uint SROW_HALF = 32u;
-#define SROW_DECLARE_AND_LOAD float v[32]; SROW_EACH32(SROW_LOAD, 0u)
-#elif STRICT_PER == 64
-#define SROW_EACH_HALF(X) SROW_EACH32(X, 0u)
-const uint SROW_HALF = 32u;
-#define SROW_DECLARE_AND_LOAD float v[32]; float w[32]; SROW_EACH32(SROW_LOAD, 0u) SROW_EACH32(SROW_LOAD_W, 0u)
 #else
 #error "STRICT_PER is 4, 8, 16, 32 or 64"
+#endif
+const uint SROW_HALF = STRICT_PER;
+#define SROW_DECLARE_AND_LOAD float v[STRICT_PER]; SROW_EACH_HALF(SROW_LOAD)
 #endif
 #if STRICT_T != 64 && STRICT_T != 128 && STRICT_T != 256
 #error "STRICT_T is 64, 128 or 256"

@@ -1058,18 +1058,19 @@ impl RowOp {
         }
     }
 
-    /// The one-pass kernel in `tier` for rows of `n` (up to ONE_PASS_ROW_MAX), and the rows a
-    /// workgroup of 256 threads takes (256 / threads a row).
+    /// The one-pass kernel in `tier` for rows of `n` (up to [`FAST_ONE_PASS_ROW_MAX`] in the
+    /// fast tier, [`ONE_PASS_ROW_MAX`] in the strict), and the rows a workgroup takes (256 /
+    /// threads a row, at least one).
     ///
     /// The fast tier's (shaders/<op>_fast_[<T>x]<PER>.comp, T 256 where not named) give rows of
     /// up to 256 elements the fewest threads, 1 to 64, that hold the row 4 elements a thread,
-    /// rows of up to 1024 64 threads with 8 or 16 elements each, and longer rows 256 threads
-    /// with 8 to 64 elements (the fewest that hold the row: fewer registers, more rows in
-    /// flight), rows of up to 32768 1024 threads with 32 ([`FAST_ONE_PASS_ROW_MAX`]). Threads without elements cost as much as the rest: on the H100, fast SOFTMAX
-    /// over 16M elements in rows of 32 ran at 598 GB/s on 64 threads a row, 973 on 32, 2372 on
-    /// 16 and 2929 on 8 (4 elements a thread); rows of 4 1074 on 4 threads; rows of 512 2123 on
-    /// 256 threads with 4 elements (2 of them in the row), 3031 on 64 with 8; rows of 1024 2913
-    /// and 2945.
+    /// rows of up to 1024 64 threads with 8 or 16 elements each, longer rows 256 threads with 8
+    /// to 64 elements (the fewest that hold the row: fewer registers, more rows in flight), and
+    /// rows of up to 32768 1024 threads with 32. Threads without elements cost as much as the
+    /// rest: on the H100, fast SOFTMAX over 16M elements in rows of 32 ran at 598 GB/s on 64
+    /// threads a row, 973 on 32, 2372 on 16 and 2929 on 8 (4 elements a thread); rows of 4 at
+    /// 1074 on 4 threads; rows of 512 at 2123 on 256 threads with 4 elements (2 of them in the
+    /// row), 3031 on 64 with 8; rows of 1024 at 2913 on 256 with 4, 2945 on 64 with 16.
     ///
     /// The strict tier's (<op>_strict_<T>x<PER>.comp) keep 4 to 16 elements a thread on 64
     /// threads a row up to rows of 1024 (4 rows a workgroup), 16 on 128 up to 2048 and on 256
@@ -1139,9 +1140,11 @@ impl RowOp {
 fn one_pass_row(rec: &Recorder, tuning: &Tuning, tier: Tier, n: u64) -> bool {
     let info = rec.device().info();
     let (min, max) = match tier {
+        // A workgroup of 1024, whose reductions hold a part a subgroup (at most 256).
         Tier::Fast
             if info.max_compute_workgroup_invocations >= 1024
-                && info.max_compute_workgroup_size[0] >= 1024 =>
+                && info.max_compute_workgroup_size[0] >= 1024
+                && info.subgroup_size.is_some_and(|s| s >= 4) =>
         {
             (FAST_ONE_PASS_ROW_MIN, FAST_ONE_PASS_ROW_MAX)
         }
