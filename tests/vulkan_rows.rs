@@ -1156,13 +1156,14 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
     if !info.subgroup_shuffle {
         println!("{}: no subgroup shuffles, so the strict kernels ran", info.name);
     }
-    // Rows for each compiled shape: 1, 2, 4, 8, 16, 32 and 64 threads a row with 4 elements
+    // Rows for each one-pass shape: 1, 2, 4, 8, 16, 32 and 64 threads a row with 4 elements
     // each (whole rows and ragged ones), 64 with 8 and 16; 256 with 8, 16, 32 and 64; 1024 with
     // 32 (on devices whose workgroups take 1024 threads, lavapipe's among them; else the tree
     // kernel).
     let min = rows::FAST_ONE_PASS_ROW_MIN as usize;
     let (max, max1024) = (rows::ONE_PASS_ROW_MAX as usize, rows::FAST_ONE_PASS_ROW_MAX as usize);
-    for n in [min, 3, 8, 16, 32, 64, 100, 256, 300, 700, 1500, 3000, 6000, 9001, max, 20000, max1024] {
+    // Past them, the fast softmax's two-pass kernel (softmax_fast_long; the norms' tree kernels).
+    for n in [min, 3, 8, 16, 32, 64, 100, 256, 300, 700, 1500, 3000, 6000, 9001, max, 20000, max1024, 40000] {
         let nrows = 3;
         let x: Vec<f32> = values(51, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
         let mask: Vec<f32> = values(52, n, 0).iter().map(|v| v.clamp(-5.0, 5.0)).collect();
@@ -1260,5 +1261,50 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
                 }
             }
         }
+    }
+}
+
+/// The fast softmax over rows longer than its one-pass kernels hold (softmax_fast_long, which
+/// keeps a running max and rescales its sum) on special rows, beside the CPU reference: a row
+/// whose first 5000 logits are -inf (masked) is the softmax of the rest (within 2e-5 of float64,
+/// and exactly 0 where masked: the leading -inf leave no NaN behind); rows of -inf only, or
+/// holding one +inf or one NaN, are NaN throughout, as the reference's are.
+#[test]
+fn fast_long_softmax_special_rows() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let n = 40_000;
+    let nrows = 4;
+    let x: Vec<f32> = values(71, nrows * n, 0).iter().map(|v| v.clamp(-30.0, 30.0)).collect();
+    let mut mask = vec![0.0f32; nrows * n];
+    mask[..5000].iter_mut().for_each(|m| *m = f32::NEG_INFINITY);
+    mask[n..2 * n].iter_mut().for_each(|m| *m = f32::NEG_INFINITY);
+    mask[2 * n + 12345] = f32::INFINITY;
+    mask[3 * n + 30000] = f32::NAN;
+    let shape = [nrows, n];
+    let mut want = vec![0.0f32; nrows * n];
+    reference::softmax(&x, &shape, Some((&mask, &shape[..])), 1.0, &mut want);
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let (sx, sm) = (upload(ex, &mut rec, &x), upload(ex, &mut rec, &mask));
+    let dst = ex.alloc((nrows * n) as u64 * 4).unwrap();
+    let tuning = Tuning::default();
+    rows::softmax_in(k, &mut rec, Tier::Fast, &dst, &sx, &shape, Some((&sm, &shape[..])), 1.0, &tuning)
+        .unwrap();
+    let got = fetch(ex, &mut rec, &dst);
+    let row0: Vec<f64> = (0..n).map(|i| f64::from(x[i]) + f64::from(mask[i])).collect();
+    let m = row0.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let total: f64 = row0.iter().map(|l| (l - m).exp()).sum();
+    for i in 0..n {
+        let w = (row0[i] - m).exp() / total;
+        let g = f64::from(got[i]);
+        assert!((g - w).abs() <= 2e-5 * w, "row 0 element {i}: {g} where float64 gives {w}");
+        if i < 5000 {
+            assert_eq!(got[i].to_bits(), 0, "row 0 element {i} (masked) is {}", got[i]);
+        }
+    }
+    for r in 1..nrows {
+        let row = |v: &[f32]| v[r * n..(r + 1) * n].iter().all(|y| y.is_nan());
+        assert!(row(&want), "the reference's row {r} is not all NaN");
+        assert!(row(&got), "row {r} is not all NaN");
     }
 }

@@ -50,6 +50,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "softmax_fast_32",
     "softmax_fast_64",
     "softmax_fast_1024x32",
+    "softmax_fast_long",
     "softmax_strict_64x4",
     "softmax_strict_64x8",
     "softmax_strict_64x16",

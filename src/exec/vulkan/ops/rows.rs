@@ -1028,7 +1028,7 @@ pub fn softmax(
 }
 
 /// The row operations that have one-pass kernels besides their tree kernel.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum RowOp {
     Softmax,
     Layernorm,
@@ -1173,6 +1173,18 @@ fn dispatch_row_op(
         let (kernel, rows_per_group) = op.one_pass_kernel(tier, n);
         let groups = grid(rec, tuning, rows.div_ceil(rows_per_group))?;
         return rec.dispatch(&k.get(kernel)?, bindings, push, groups);
+    }
+    // The fast tier's softmax over rows too long for its one-pass kernels: a workgroup a row,
+    // reading the row twice (shaders/softmax_fast_long.comp) where the tree kernel reads it three
+    // times.
+    if tier == Tier::Fast
+        && op == RowOp::Softmax
+        && n > ONE_PASS_ROW_MAX
+        && tuning.threads_per_row.or_else(row_threads_env).is_none()
+        && rec.device().info().subgroup_shuffle
+    {
+        let groups = grid(rec, tuning, rows)?;
+        return rec.dispatch(&k.get("softmax_fast_long")?, bindings, push, groups);
     }
     dispatch_rows(rec, tuning, &k.get(op.tree_kernel(n))?, bindings, push, rows, tbits)
 }
