@@ -100,7 +100,8 @@ uint fast_group() {
 float fast_reduce(float v, bool is_max, uint slot) {
 #if FAST_T >= 256
     // A row a workgroup: the butterfly within each subgroup, then the subgroups' results in
-    // order.
+    // order (the general form below with its place arithmetic, written apart as FAST_ROW_BEGIN
+    // is, so that these kernels keep the code measured above).
     for (uint o = gl_SubgroupSize >> 1; o > 0u; o >>= 1) {
         float w = subgroupShuffleXor(v, o);
         v = is_max ? max(v, w) : v + w;

@@ -91,13 +91,10 @@ const uint SROW_HALF = STRICT_PER;
 // statement on the quad, `c[0..3]`, as a whole; SROW_NO_QUAD for none: its variables are in
 // scope for BODY), then BODY(0u) .. BODY(3u) on `c[i]` (element number srow_elem(i) of the row,
 // lane srow_lane(i) of the thread; the body tests the element against the row's end) with the
-// new values kept, then the rotation (SROW_SHIFT). The thread's elements are v (and w),
+// new values kept, then, each SROW_STEP elements, the rotation (SROW_SHIFT). The thread's elements are v (and w),
 // declared by STRICT_ROW_BEGIN. An element past the row's end holds a copy of
 // the row's last (STRICT_ROW_BEGIN), so QUAD may compute on it: its result is never used.
-#define SROW_SHIFT(j) v[j] = (j) + 4u < SROW_HALF ? v[min((j) + 4u, SROW_HALF - 1u)] : c[(j) % 4u];
-#define SROW_SHIFT_W(j) w[j] = (j) + 4u < SROW_HALF ? w[min((j) + 4u, SROW_HALF - 1u)] : c[(j) % 4u];
-// One loop over the quads q0 .. q0 + SROW_HALF / 4 - 1, held in array X (v or w) and rotated by
-// SHIFT.
+//
 // SROW_STEP, the elements an iteration takes (4, 8 or 16; no suffix, since the preprocessor
 // tests it): each iteration rotates the whole array, so larger steps cost fewer moves an element
 // but a longer body. 8 unless the including shader chose (from rows of 512, where a thread holds
@@ -132,10 +129,9 @@ const uint SROW_HALF = STRICT_PER;
 #define SROW_SUBS(X, QUAD, BODY) SROW_SUB(X, 0u, QUAD, BODY) SROW_SUB(X, 1u, QUAD, BODY) \
     SROW_SUB(X, 2u, QUAD, BODY) SROW_SUB(X, 3u, QUAD, BODY)
 #endif
-#undef SROW_SHIFT
-#undef SROW_SHIFT_W
-#define SROW_SHIFT(j) v[j] = (j) + SROW_STEP < SROW_HALF ? v[min((j) + SROW_STEP, SROW_HALF - 1u)] : cs[(j) % SROW_STEP];
-#define SROW_SHIFT_W(j) w[j] = (j) + SROW_STEP < SROW_HALF ? w[min((j) + SROW_STEP, SROW_HALF - 1u)] : cs[(j) % SROW_STEP];
+#define SROW_KEPT cs
+// One loop over the quads q0 .. q0 + SROW_HALF / 4 - 1, held in array X (v or w) and rotated by
+// SHIFT, SROW_STEP elements an iteration.
 #define SROW_LOOP_OVER(X, SHIFT, q0, QUAD, BODY)                                            \
     [[dont_unroll]] for (uint srow_p = (q0) / (SROW_STEP / 4u); srow_p < ((q0) + SROW_HALF / 4u) / (SROW_STEP / 4u); srow_p++) { \
         float cs[SROW_STEP];                                                                \
@@ -143,6 +139,7 @@ const uint SROW_HALF = STRICT_PER;
         SROW_EACH_HALF(SHIFT)                                                               \
     }
 #else
+#define SROW_KEPT c
 #define SROW_LOOP_OVER(X, SHIFT, q0, QUAD, BODY)                                            \
     [[dont_unroll]] for (uint srow_q = (q0); srow_q < (q0) + SROW_HALF / 4u; srow_q++) {   \
         float c[4] = float[4](X[0], X[1], X[2], X[3]);                                      \
@@ -151,6 +148,11 @@ const uint SROW_HALF = STRICT_PER;
         SROW_EACH_HALF(SHIFT)                                                               \
     }
 #endif
+// The rotation by SROW_STEP: element j takes element j + SROW_STEP's value, the last SROW_STEP
+// the iteration's new values (SROW_KEPT: c, or cs for several quads).
+#define SROW_ROTATE(X, j) X[j] = (j) + SROW_STEP < SROW_HALF ? X[min((j) + SROW_STEP, SROW_HALF - 1u)] : SROW_KEPT[(j) % SROW_STEP];
+#define SROW_SHIFT(j) SROW_ROTATE(v, j)
+#define SROW_SHIFT_W(j) SROW_ROTATE(w, j)
 #if STRICT_PER == 64
 #define STRICT_ROW_LOOP(QUAD, BODY)                                                        \
     SROW_LOOP_OVER(v, SROW_SHIFT, 0u, QUAD, BODY)                                           \
