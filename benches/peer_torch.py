@@ -58,6 +58,14 @@ def torch_case(torch, kernel, n, iters):
         x = torch.rand((n, 1024), device=dev, generator=g)
         run = lambda: torch.nn.functional.rms_norm(x, (1024,))
         flops, nbytes = 5.0 * n * 1024, 8.0 * n * 1024
+    elif kernel in ("reduce-sum", "reduce-max"):
+        # n as (rows, row, axis), adeadvm bench's [rows, row] over axis.
+        rows, row, axis = n
+        x = torch.rand((rows, row), device=dev, generator=g)
+        op = torch.sum if kernel == "reduce-sum" else torch.amax
+        run = lambda: op(x, dim=axis)
+        outs = rows if axis == 1 else row
+        flops, nbytes = rows * row, 4.0 * (rows * row + outs)
     else:
         raise ValueError(kernel)
     for _ in range(3):
@@ -76,8 +84,10 @@ def torch_case(torch, kernel, n, iters):
 
 
 def adeadvm_case(exe, kernel, n, tier, iters):
+    shape = ["--row", str(n[1]), "--axis", str(n[2])] if isinstance(n, tuple) else []
+    size = str(n[0]) if isinstance(n, tuple) else str(n)
     out = subprocess.run(
-        [exe, "bench", kernel, str(n), "--backend", "vulkan", "--tier", tier, "--iters", str(iters), "--json"],
+        [exe, "bench", kernel, size, *shape, "--backend", "vulkan", "--tier", tier, "--iters", str(iters), "--json"],
         capture_output=True,
         text=True,
     )
@@ -116,20 +126,26 @@ def main():
         ("softmax", 4096, None, None),
         ("layernorm", 4096, None, None),
         ("rmsnorm", 4096, None, None),
+        # (rows, row, axis): along rows, down columns, and 16M elements to one.
+        ("reduce-sum", (4096, 4096, 1), None, None),
+        ("reduce-sum", (4096, 4096, 0), None, None),
+        ("reduce-sum", (1, 16 << 20, 1), None, None),
+        ("reduce-max", (4096, 4096, 1), None, None),
     ]
     if args.quick:
         cases = [cases[0], cases[2], cases[3], cases[5]]
     if args.only:
         cases = [c for c in cases if c[0] == args.only]
     print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32 with TF32 off (matmul-f16, matmul-bf16: fp16, bf16)")
-    print(f"{'kernel':<11} {'size':>9} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
+    print(f"{'kernel':<11} {'size':>16} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
     for kernel, n, strict_target, fast_target in cases:
         t, flops, nbytes = torch_case(torch, kernel, n, iters)
         s = adeadvm_case(args.adeadvm, kernel, n, "strict", iters)
         f = adeadvm_case(args.adeadvm, kernel, n, "fast", iters)
         unit = (lambda x: f"{flops / x / 1e12:.2f} TF/s") if kernel.startswith("matmul") else (lambda x: f"{nbytes / x / 1e9:.0f} GB/s")
         target = ", ".join(x for x in (strict_target, fast_target) if x) or "-"
-        print(f"{kernel:<11} {n:>9} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x  {target}")
+        size = f"{n[0]}x{n[1]}/{n[2]}" if isinstance(n, tuple) else n
+        print(f"{kernel:<11} {size:>16} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x  {target}")
     if args.only and args.only != "dispatch":
         return
     # A chain of dependent tiny operations: the cost of one instruction.
@@ -145,7 +161,7 @@ def main():
         chain.append((time.perf_counter() - t0) / 1000)
     t = statistics.median(chain)
     d = adeadvm_case(args.adeadvm, "dispatch", 1, "strict", iters)
-    print(f"{'dispatch':<11} {'1000x1':>9} {t * 1e6:>9.2f} us {d * 1e6:>9.2f} us {t / d:>5.2f}x {'':>12} {'':>6}  <= 3 us per instruction")
+    print(f"{'dispatch':<11} {'1000x1':>16} {t * 1e6:>9.2f} us {d * 1e6:>9.2f} us {t / d:>5.2f}x {'':>12} {'':>6}  <= 3 us per instruction")
 
 
 if __name__ == "__main__":

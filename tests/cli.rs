@@ -243,10 +243,25 @@ fn bench_runs_and_refuses_what_does_not_fit() {
     let out = adeadvm(&["bench", "exp", "1000", "--row", "8"], dir.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("--row applies to softmax, layernorm and rmsnorm only"),
+        text(&out.stderr)
+            .contains("--row applies to softmax, layernorm, rmsnorm and the reduce kernels only"),
         "{}",
         text(&out.stderr)
     );
+    // The reduce kernels take --row and --axis; --axis applies to them only.
+    let out = adeadvm(
+        &["bench", "reduce-sum", "3", "--row", "5", "--axis", "0", "--iters", "2", "--json"],
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json = text(&out.stdout);
+    assert!(json.contains("\"row\":5,\"axis\":0,\"size\":3,"), "{json}");
+    let out = adeadvm(&["bench", "reduce-max", "4", "--iters", "2"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("reduce-max 4 axis 1  cpu strict"), "{}", text(&out.stdout));
+    let out = adeadvm(&["bench", "exp", "1000", "--axis", "0"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--axis applies to the reduce kernels only"), "{}", text(&out.stderr));
 }
 
 #[test]

@@ -647,7 +647,7 @@ fn longest_rows() {
     let t1 = Tuning { threads_per_row: Some(1), max_groups_x: None, gemm: None, gemm_k_span: None };
     let e = msg(rows::reduce_with(k, &mut rec, Reduce::Sum, &one, &sx, &[n], 0, &t1));
     assert!(
-        e.starts_with("invalid Vulkan dispatch: 1 threads per row of 16777216 elements would run about "),
+        e.starts_with("invalid Vulkan dispatch: 8 threads per row of 16777216 elements would run about "),
         "{e}"
     );
     assert!(
@@ -795,7 +795,9 @@ fn reflected_row_interfaces() {
         ("softmax", &[0, 1, 2], 88),
         ("layernorm", &[0, 1, 2, 3], 24),
         ("rmsnorm", &[0, 1, 2], 24),
-        ("reduce", &[0, 1], 24),
+        ("reduce_8", &[0, 1], 28),
+        ("reduce_32", &[0, 1], 28),
+        ("reduce_256", &[0, 1], 28),
     ];
     for &(name, bindings, push) in want {
         let (_, bytes) = SHADERS.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("{name} missing"));
@@ -1306,5 +1308,122 @@ fn fast_long_softmax_special_rows() {
         let row = |v: &[f32]| v[r * n..(r + 1) * n].iter().all(|y| y.is_nan());
         assert!(row(&want), "the reference's row {r} is not all NaN");
         assert!(row(&got), "row {r} is not all NaN");
+    }
+}
+
+/// Runs [`rows::reduce_in`] of `op` over `shape`'s `axis` in `tier` with the scratch
+/// [`rows::reduce_partials`] asks for (none where it runs in one pass).
+fn reduce_in_tier(
+    ex: &VulkanExec,
+    tier: Tier,
+    op: Reduce,
+    x: &[f32],
+    shape: &[usize],
+    axis: usize,
+) -> Vec<f32> {
+    let outs: usize = shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &d)| d).product();
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let sx = upload(ex, &mut rec, x);
+    let dst = ex.alloc(outs as u64 * 4).unwrap();
+    let bytes = rows::reduce_partials(tier, op, shape, axis);
+    let partials = (bytes > 0).then(|| ex.alloc(bytes).unwrap());
+    rows::reduce_in(
+        ex.kernels(),
+        &mut rec,
+        tier,
+        op,
+        &dst,
+        &sx,
+        shape,
+        axis,
+        partials.as_ref(),
+        &Tuning::default(),
+    )
+    .unwrap();
+    fetch(ex, &mut rec, &dst)
+}
+
+/// Few outputs over a long axis: the max is cut into segments in both tiers and still gives
+/// the reference's bits (max is exact); a strict sum or mean is never cut, and gives them too.
+#[test]
+fn cut_reductions_keep_strict_bits() {
+    let Some(ex) = exec() else { return };
+    for (shape, axis) in
+        [(vec![20_000usize], 0usize), (vec![3, 9_000, 5], 1), (vec![9_001, 3], 0), (vec![2, 70_000], 1)]
+    {
+        let total: usize = shape.iter().product();
+        let x = values(total as u64, total, 30);
+        let outs = total / shape[axis];
+        assert!(
+            rows::reduce_partials(Tier::Strict, Reduce::Max, &shape, axis) > 0,
+            "{shape:?} should be cut"
+        );
+        assert_eq!(rows::reduce_partials(Tier::Strict, Reduce::Sum, &shape, axis), 0);
+        for (tier, op) in [
+            (Tier::Strict, Reduce::Max),
+            (Tier::Fast, Reduce::Max),
+            (Tier::Strict, Reduce::Sum),
+            (Tier::Strict, Reduce::Mean),
+        ] {
+            let mut want = vec![0.0f32; outs];
+            reference::reduce(op, &x, &shape, axis, &mut want);
+            let got = reduce_in_tier(ex, tier, op, &x, &shape, axis);
+            check(same_bits(&format!("{tier:?} {op:?} of {shape:?} over axis {axis}"), &want, &got));
+        }
+    }
+}
+
+/// The fast tier's cut sums and means: the same bits every run, within the error bound of
+/// any order of float additions (n ulps of the sum of magnitudes, n the axis length) of the
+/// exact sum, and the special values' results: a NaN or both infinities give NaN, one
+/// infinity gives it.
+#[test]
+fn fast_cut_sums_are_repeatable_and_accurate() {
+    let Some(ex) = exec() else { return };
+    for (shape, axis) in
+        [(vec![1usize << 20], 0usize), (vec![3, 50_000], 1), (vec![40_000, 7], 0), (vec![2, 30_000, 3], 1)]
+    {
+        let total: usize = shape.iter().product();
+        let len = shape[axis];
+        let inner: usize = shape[axis + 1..].iter().product();
+        let outs = total / len;
+        assert!(rows::reduce_partials(Tier::Fast, Reduce::Sum, &shape, axis) > 0, "{shape:?} should be cut");
+        // Values in (-1, 1), so no partial sum overflows.
+        let mut x: Vec<f32> =
+            (0..total as u64).map(|i| (mix(i ^ 0xabcd) as f64 / 2f64.powi(31) - 1.0) as f32).collect();
+        // Output 0 (its elements) gets a NaN, output 1 +inf, output 2 (if any) +inf and -inf.
+        let at = |o: usize, e: usize| (o / inner * len + e) * inner + o % inner;
+        x[at(0, len / 3)] = f32::NAN;
+        if outs > 2 {
+            x[at(1, len - 1)] = f32::INFINITY;
+            x[at(2, 5)] = f32::INFINITY;
+            x[at(2, len / 2)] = f32::NEG_INFINITY;
+        }
+        for op in [Reduce::Sum, Reduce::Mean] {
+            let got = reduce_in_tier(ex, Tier::Fast, op, &x, &shape, axis);
+            let again = reduce_in_tier(ex, Tier::Fast, op, &x, &shape, axis);
+            check(same_bits(&format!("fast {op:?} of {shape:?} run twice"), &got, &again));
+            for (o, &g) in got.iter().enumerate() {
+                let (exact, magnitude) = (0..len).fold((0.0f64, 0.0f64), |(s, m), e| {
+                    let v = f64::from(x[at(o, e)]);
+                    (s + v, m + v.abs())
+                });
+                let scale = if matches!(op, Reduce::Mean) { len as f64 } else { 1.0 };
+                let what = format!("fast {op:?} of {shape:?} over axis {axis}, output {o}");
+                if exact.is_nan() {
+                    assert!(g.is_nan(), "{what}: {g} for NaN");
+                } else if exact.is_infinite() {
+                    assert_eq!(f64::from(g), exact, "{what}");
+                } else {
+                    let bound = len as f64 * f64::from(f32::EPSILON) * magnitude / scale;
+                    let err = (f64::from(g) - exact / scale).abs();
+                    assert!(
+                        err <= bound,
+                        "{what}: {g} against {}, error {err} over the bound {bound}",
+                        exact / scale
+                    );
+                }
+            }
+        }
     }
 }

@@ -34,6 +34,11 @@ pub enum Kernel {
     Layernorm,
     /// rmsnorm over the rows of a SIZE×1024 matrix (SIZE×ROW with --row).
     Rmsnorm,
+    /// REDUCE_SUM of a SIZE×SIZE matrix (SIZE×ROW with --row) over --axis (GB/s of the
+    /// input and output); `reduce-sum 1 --row 16M` sums 16M elements to one.
+    ReduceSum,
+    /// REDUCE_MAX, as reduce-sum.
+    ReduceMax,
     /// Interpreter overhead: a chain of 1000 dependent ADDs on 1-element tensors (ns per op).
     Dispatch,
 }
@@ -70,6 +75,10 @@ pub struct BenchArgs {
     /// SIZE for softmax, 1024 for the norms). Accepts K and M suffixes.
     #[arg(long, value_parser = parse_size)]
     row: Option<usize>,
+    /// The axis the reduce kernels reduce: 1 (along each row: SIZE outputs) or 0 (down each
+    /// column: ROW outputs).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
+    axis: Option<u8>,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -113,12 +122,17 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     if a.layout != "nn" && !is_matmul {
         bail!("--layout {} applies to the matmul kernels only", a.layout);
     }
+    let is_reduce = matches!(a.kernel, Kernel::ReduceSum | Kernel::ReduceMax);
     let row = match (a.kernel, a.row) {
-        (Kernel::Softmax, r) => r.unwrap_or(n),
+        (Kernel::Softmax | Kernel::ReduceSum | Kernel::ReduceMax, r) => r.unwrap_or(n),
         (Kernel::Layernorm | Kernel::Rmsnorm, r) => r.unwrap_or(1024),
-        (_, Some(_)) => bail!("--row applies to softmax, layernorm and rmsnorm only"),
+        (_, Some(_)) => bail!("--row applies to softmax, layernorm, rmsnorm and the reduce kernels only"),
         (_, None) => 0,
     };
+    if a.axis.is_some() && !is_reduce {
+        bail!("--axis applies to the reduce kernels only");
+    }
+    let axis = usize::from(a.axis.unwrap_or(1));
     // The operands are square, so a stored transpose changes only how the kernel reads them.
     let matmul_insn = match a.layout.as_str() {
         "nt" => "MATMUL %c, %a, %b, tb",
@@ -130,7 +144,9 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // generated values, the bound input, the arena, the device's copies and the summed result).
     let largest = match a.kernel {
         Kernel::Matmul | Kernel::MatmulF16 | Kernel::MatmulBf16 => n.checked_mul(n),
-        Kernel::Softmax | Kernel::Layernorm | Kernel::Rmsnorm => n.checked_mul(row),
+        Kernel::Softmax | Kernel::Layernorm | Kernel::Rmsnorm | Kernel::ReduceSum | Kernel::ReduceMax => {
+            n.checked_mul(row)
+        }
         Kernel::Add | Kernel::Exp | Kernel::Gelu => Some(n),
         Kernel::Dispatch => Some(1),
     };
@@ -240,6 +256,17 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
                 8.0 * (n * row) as f64,
             )
         }
+        Kernel::ReduceSum | Kernel::ReduceMax => {
+            let op = if matches!(a.kernel, Kernel::ReduceSum) { "REDUCE_SUM" } else { "REDUCE_MAX" };
+            let outs = if axis == 1 { n } else { row };
+            (
+                timed(&format!(".input %a f32[{n}, {row}]"), "f32", &[outs], &format!("{op} %c, %a, {axis}")),
+                1,
+                vec![("a", f32_input(vec![n, row], 1)?)],
+                (n * row) as f64,
+                4.0 * (n * row + outs) as f64,
+            )
+        }
         Kernel::Dispatch => {
             let mut s = String::from(".output y f32[1]\nALLOC %c: f32[1]\nFILL %c, 0.0\n");
             for _ in 0..1000 {
@@ -310,6 +337,9 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     if row > 0 {
         shape_json.push_str(&format!("\"row\":{row},"));
     }
+    if is_reduce {
+        shape_json.push_str(&format!("\"axis\":{axis},"));
+    }
     if a.json {
         let mut host = host.map_or(String::new(), |h| format!(",\"host_seconds\":{h:e}"));
         if submissions > 0 {
@@ -350,7 +380,10 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         _ => "wall".into(),
     };
     let shown_name = if is_matmul && a.layout != "nn" { format!("{name} ({})", a.layout) } else { name };
-    let shown_size = if a.row.is_some() { format!("{n}x{row}") } else { n.to_string() };
+    let mut shown_size = if a.row.is_some() { format!("{n}x{row}") } else { n.to_string() };
+    if is_reduce {
+        shown_size.push_str(&format!(" axis {axis}"));
+    }
     println!(
         "{shown_name} {shown_size}  {} {} threads={threads} simd={level}: {shown}  {what}  (median of {}, {timed_by})",
         a.backend,

@@ -1023,8 +1023,13 @@ impl Vm {
                 let ax = norm_axis(axis, sh.len());
                 cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
                 let vx = self.src_f32(p, f, src, dst, false)?;
+                // Where the reduced axis is cut (few outputs), the partial results.
+                let bytes = rows::reduce_partials(p.tier, op, &sh, ax);
+                let partials =
+                    if bytes > 0 { Some(self.gpu.as_mut().expect("device").scratch(bytes)?) } else { None };
                 self.with_dst_f32(f, p, dst, |g, d| {
-                    rows::reduce(g.exec.kernels(), &mut g.rec, op, d, &vx, &sh, ax)
+                    let (k, t) = (g.exec.kernels(), Tuning::default());
+                    rows::reduce_in(k, &mut g.rec, p.tier, op, d, &vx, &sh, ax, partials.as_ref(), &t)
                 })?;
             }
             Insn::Kernel { k } => {

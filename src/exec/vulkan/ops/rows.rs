@@ -8,13 +8,13 @@
 //!   `shaders/include/gemm.glsl` (one compiled shader per [`GemmTile`] and tier; the hardware
 //!   flush of the strict one is a specialization constant); in the fast tier with FMA (the same bits run to run, not the CPU's). GELU: the
 //!   64x64 kernel of `shaders/include/matmul.glsl`, in both tiers.
-//! - the row kernels (`shaders/{softmax,layernorm,rmsnorm,reduce}.comp`) follow the fixed
+//! - the row kernels (`shaders/{softmax,layernorm,rmsnorm}.comp` and their one-pass forms) follow the fixed
 //!   256-lane tree of `numerics::reduce` (`shaders/include/rowtree.glsl`): lane `j` accumulates
 //!   elements `j, j+256, ...` in order, then the halving levels 128..1. A row is shared by
 //!   `T` threads (a power of two, 1..=256; `256 / T` rows per workgroup); each thread folds its
 //!   lanes into the subtree the halving would have built, and the last `log2 T` levels run in
 //!   shared memory. Every `T` gives the same bits; the launchers pick it from the row length
-//!   (short rows: several rows per workgroup; strided reductions: a thread per output).
+//!   (short rows: several rows per workgroup). REDUCE has its own kernels (`reduce` below).
 //!
 //! Every workgroup handles one group of rows or one output tile, and the grid (x, then y, then
 //! z, each at most 65535) covers them all. No invocation runs long loops: lavapipe silently ends
@@ -33,11 +33,14 @@
 
 use std::sync::Arc;
 
-use crate::exec::cpu::reference::{self, MatmulShape, Reduce};
+use crate::exec::cpu::reference::{self, MatmulShape};
 use crate::exec::vulkan::coopmat2::Coopmat2;
 use crate::exec::vulkan::ops::data;
 use crate::exec::vulkan::{Binding, Buffer, Kernel, Kernels, Recorder, Slice, VulkanError};
 use crate::isa::{Act, DType, Tier};
+
+mod reduce;
+pub use reduce::{reduce, reduce_in, reduce_partials, reduce_with, REDUCE_MIN_SEGMENT};
 
 /// Most axes a tensor of these kernels may have.
 pub const MAX_RANK: usize = 8;
@@ -1414,63 +1417,6 @@ fn norm_checks(
         }
     }
     Ok(total)
-}
-
-/// REDUCE_SUM / REDUCE_MEAN / REDUCE_MAX of `x` (of `shape`) over `axis`, exactly
-/// `reference::reduce`: `dst` has the shape without the axis; output `o * inner + i` reduces
-/// `x[(o * len + e) * inner + i]` for `e` ascending with the tree (`numerics::sum`,
-/// `max_reduce`; mean = `div(sum, len)`). Empty rows give +0, -inf and NaN.
-pub fn reduce(
-    k: &Kernels,
-    rec: &mut Recorder,
-    op: Reduce,
-    dst: &Slice,
-    x: &Slice,
-    shape: &[usize],
-    axis: usize,
-) -> Result<(), VulkanError> {
-    reduce_with(k, rec, op, dst, x, shape, axis, &Tuning::default())
-}
-
-/// [`reduce`] with a [`Tuning`] (`threads_per_row`: threads per output).
-#[allow(clippy::too_many_arguments)]
-pub fn reduce_with(
-    k: &Kernels,
-    rec: &mut Recorder,
-    op: Reduce,
-    dst: &Slice,
-    x: &Slice,
-    shape: &[usize],
-    axis: usize,
-    tuning: &Tuning,
-) -> Result<(), VulkanError> {
-    let total = elements("reduce", shape)?;
-    if axis >= shape.len() {
-        return Err(invalid(format!("reduce over axis {axis} of a shape of {} axes {shape:?}", shape.len())));
-    }
-    let outer = shape[..axis].iter().product::<usize>() as u64;
-    let len = shape[axis] as u64;
-    let inner = shape[axis + 1..].iter().product::<usize>() as u64;
-    // Output elements: outer * inner, which may exceed `total` when len is 0.
-    let outs = outer.checked_mul(inner).filter(|&o| o <= MAX_ELEMS);
-    let Some(outs) = outs else {
-        return Err(invalid(format!("reduce of {shape:?} over axis {axis}: 2^31 or more outputs")));
-    };
-    check_len("reduce x", x, total)?;
-    check_len("reduce destination", dst, outs)?;
-    check_row("reduce", len)?;
-    let tbits = row_tbits(tuning, outs, len, inner > 1, (1, 0))?;
-    if outs == 0 {
-        return Ok(());
-    }
-    let code = match op {
-        Reduce::Sum => 0u32,
-        Reduce::Mean => 1,
-        Reduce::Max => 2,
-    };
-    let push = [w(outer), w(len), w(inner), tbits, code, count(len as usize).to_bits()];
-    let kernel = k.get("reduce")?;
-    dispatch_rows(rec, tuning, &kernel, &[Binding::write(dst), Binding::read(x)], &push, outs, tbits)
 }
 
 #[cfg(test)]
