@@ -1343,14 +1343,20 @@ fn reduce_in_tier(
     fetch(ex, &mut rec, &dst)
 }
 
-/// Few outputs over a long axis: the max is cut into segments in both tiers and still gives
-/// the reference's bits (max is exact); a strict sum or mean is never cut, and gives them too.
+/// Few outputs over a long axis: the max is cut into segments in both tiers, a strict sum or
+/// mean over long contiguous rows spreads each row's lanes over workgroups, and both give the
+/// reference's bits (max is exact; the lanes keep their chains); a strict sum over a strided
+/// axis runs in one pass.
 #[test]
 fn cut_reductions_keep_strict_bits() {
     let Some(ex) = exec() else { return };
-    for (shape, axis) in
-        [(vec![20_000usize], 0usize), (vec![3, 9_000, 5], 1), (vec![9_001, 3], 0), (vec![2, 70_000], 1)]
-    {
+    for (shape, axis, lanes) in [
+        (vec![20_000usize], 0usize, false),
+        (vec![3, 9_000, 5], 1, false),
+        (vec![9_001, 3], 0, false),
+        (vec![2, 70_000], 1, true),
+        (vec![66_001], 0, true),
+    ] {
         let total: usize = shape.iter().product();
         let x = values(total as u64, total, 30);
         let outs = total / shape[axis];
@@ -1358,7 +1364,8 @@ fn cut_reductions_keep_strict_bits() {
             rows::reduce_partials(Tier::Strict, Reduce::Max, &shape, axis) > 0,
             "{shape:?} should be cut"
         );
-        assert_eq!(rows::reduce_partials(Tier::Strict, Reduce::Sum, &shape, axis), 0);
+        let lane_sums = rows::reduce_partials(Tier::Strict, Reduce::Sum, &shape, axis);
+        assert_eq!(lane_sums, if lanes { outs as u64 * 256 * 4 } else { 0 }, "{shape:?}");
         for (tier, op) in [
             (Tier::Strict, Reduce::Max),
             (Tier::Fast, Reduce::Max),
@@ -1371,6 +1378,16 @@ fn cut_reductions_keep_strict_bits() {
             check(same_bits(&format!("{tier:?} {op:?} of {shape:?} over axis {axis}"), &want, &got));
         }
     }
+    // Every lane's sum a flushed -0 (-1.5 FLT_MIN + FLT_MIN, then -0s): the tree of -0s is -0,
+    // which the second pass keeps only if it takes the lane sums as they are (+0 + -0 is +0).
+    let n = 70_000;
+    let mut x = vec![-0.0f32; n];
+    x[..256].fill(-1.5 * f32::MIN_POSITIVE);
+    x[256..512].fill(f32::MIN_POSITIVE);
+    let mut want = [0.0f32];
+    reference::reduce(Reduce::Sum, &x, &[n], 0, &mut want);
+    assert_eq!(want[0].to_bits(), 0x8000_0000, "the reference's sum is -0");
+    check(same_bits("a sum of -0 lanes", &want, &reduce_in_tier(ex, Tier::Strict, Reduce::Sum, &x, &[n], 0)));
 }
 
 /// The fast tier's cut sums and means: the same bits every run, within the error bound of

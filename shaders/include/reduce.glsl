@@ -47,7 +47,8 @@ layout(push_constant) uniform P {
     uint inner;
     uint seg;   // elements a segment (len where nseg = 1)
     uint nseg;
-    uint flags; // 1: inner > 1 layout; 2: mean (divide by nf)
+    uint flags; // 1: inner > 1 layout; 2: mean (divide by nf); 4: the elements are lane sums
+    //             (reduce_lanes.comp's, len = 256): lane j starts at element j, not at +0
     float nf;
 } p;
 
@@ -117,6 +118,7 @@ void main() {
     uint n = valid ? min(p.seg, p.len - first) : 0u;
     uint base = (o * p.len + first) * p.inner + i; // element e at base + e * inner
     uint stride = p.inner;
+    bool given = (p.flags & 4u) != 0u;
 
     uint acc[L];
     uint v[REDUCE_U * L];
@@ -125,13 +127,16 @@ void main() {
     uint sb = 0u;
     for (; sb + ITER <= n; sb += ITER) {
 #define REDUCE_LOAD(u, q) v[(u) * L + (q)] = element(x[base + (sb + (u) * STEP + t + (q) * T) * stride]);
-#define REDUCE_ADD(u, q) acc[q] = combine(acc[q], v[(u) * L + (q)]);
+#define REDUCE_ADD(u, q) acc[q] = given ? v[(u) * L + (q)] : combine(acc[q], v[(u) * L + (q)]);
         REDUCE_FOR_UQ(REDUCE_LOAD)
         REDUCE_FOR_UQ(REDUCE_ADD)
     }
     for (; sb < n; sb += STEP) {
 #define REDUCE_TAIL(u, q) \
-    if (sb + t + (q) * T < n) acc[q] = combine(acc[q], element(x[base + (sb + t + (q) * T) * stride]));
+    if (sb + t + (q) * T < n) {                                                                       \
+        uint el = element(x[base + (sb + t + (q) * T) * stride]);                                     \
+        acc[q] = given ? el : combine(acc[q], el);                                                    \
+    }
         REDUCE_FOR_Q(REDUCE_TAIL, 0)
     }
 #if REDUCE_T == 8

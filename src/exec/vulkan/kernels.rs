@@ -107,6 +107,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "reduce_8",
     "reduce_32",
     "reduce_256",
+    "reduce_lanes",
     "coopmat2_f16",
     "coopmat2_bf16",
     "gemm_strict_128x128x32_8x4",

@@ -1,18 +1,21 @@
 //! REDUCE_SUM / REDUCE_MEAN / REDUCE_MAX (`shaders/include/reduce.glsl`, compiled for 8, 32
-//! and 256 threads an output).
+//! and 256 threads an output, and `shaders/reduce_lanes.comp`).
 //!
 //! Every output is the 256-lane tree of `numerics::reduce` over its elements, so the strict
 //! tier gets `reference::reduce`'s bits. A thread walks all its lanes a step at a time with
 //! their loads issued together, and where the reduced axis is not the last (`inner > 1`) a
 //! workgroup's outputs are neighbouring words, so its loads are whole rows.
 //!
-//! Too few outputs to fill the GPU (a whole tensor to one value, a few long rows or columns):
-//! the reduced axis is cut into segments, each reduced by its own threads into scratch memory
-//! ([`reduce_partials`] says how much), and a second pass reduces the partial results. Only
-//! where that cannot change a bit of the result, or the tier allows it: max in both tiers (an
-//! exact operation, so every grouping gives the tree's result), sums and means in the fast
-//! tier (the same bits run to run, not the CPU's). A strict sum stays one pass: each lane is a
-//! chain of adds in element order, 256 chains an output, which bounds how fast one output goes.
+//! Too few outputs to fill the GPU (a whole tensor to one value, a few long rows or columns)
+//! take two passes, with scratch memory between them ([`reduce_partials`] says how much):
+//! - max in both tiers, sums and means in the fast tier: the reduced axis is cut into
+//!   segments, each reduced by its own threads, and a second pass reduces the partial
+//!   results. Max is exact, so every grouping gives the tree's result; the fast tier's sums
+//!   are its own fixed grouping (the same bits run to run, not the CPU's).
+//! - strict sums and means over contiguous rows: a lane is a chain of adds in element order,
+//!   which may not be regrouped, but the 256 lanes of a row are independent: `reduce_lanes`
+//!   computes them, 8 lanes a workgroup, and the tree kernel folds them (flag 4: the elements
+//!   are lane sums). Strided strict sums with few outputs stay one pass.
 
 use crate::exec::cpu::reference::Reduce;
 use crate::exec::vulkan::{Binding, Kernels, Recorder, Slice, VulkanError};
@@ -31,8 +34,20 @@ pub const REDUCE_MIN_SEGMENT: u64 = 2048;
 /// each holding eight of these 256-thread workgroups); fewer, and the axis is cut.
 const BUSY_GROUPS: u64 = 1024;
 
-/// Threads an output in the compiled kernels, and their shaders.
-const KERNELS: [(u32, &str); 3] = [(8, "reduce_8"), (32, "reduce_32"), (256, "reduce_256")];
+/// A compiled tree kernel (`reduce_{threads}`): `threads` an output, `unroll` steps of 256
+/// elements an iteration of its main loop (a thread's loads of those steps issued together).
+#[derive(Debug, PartialEq, Eq)]
+struct ReduceKernel {
+    threads: u32,
+    unroll: u64,
+    name: &'static str,
+}
+
+const KERNELS: [ReduceKernel; 3] = [
+    ReduceKernel { threads: 8, unroll: 1, name: "reduce_8" },
+    ReduceKernel { threads: 32, unroll: 2, name: "reduce_32" },
+    ReduceKernel { threads: 256, unroll: 16, name: "reduce_256" },
+];
 
 /// One pass: `outs` outputs, each reducing a segment (at most `seg` elements) of an axis of
 /// `len`, cut in `nseg`.
@@ -51,61 +66,66 @@ impl Pass {
     }
 }
 
-/// Loop iterations one invocation of `reduce_{t}` runs over segments of `seg` elements (its
-/// main loop takes 256 * U elements an iteration, then one step of 256 at a time, then the
-/// shared levels): lavapipe stops at 65535.
-fn loop_iterations(seg: u64, t: u32) -> u64 {
-    let unroll = match t {
-        8 => 1,
-        32 => 2,
-        _ => 16,
-    };
-    seg / (256 * unroll) + unroll + 1 + u64::from(t.trailing_zeros()) + 2
+/// Loop iterations one invocation of `kernel` runs over segments of `seg` elements (its main
+/// loop, then one step of 256 at a time, then the shared levels): lavapipe stops at 65535.
+fn loop_iterations(seg: u64, kernel: &ReduceKernel) -> u64 {
+    seg / (256 * kernel.unroll) + kernel.unroll + 1 + u64::from(kernel.threads.trailing_zeros()) + 2
 }
 
-/// Threads an output for `outs` outputs over segments of `seg`: the forced choice rounded up
-/// to a compiled one, else for contiguous rows 8 up to 64 elements (rows of 32 a workgroup),
-/// 32 up to 2048, then 256 (a lane a thread); for strided outputs 8 (32 neighbouring outputs a
-/// workgroup) where there are enough outputs for a busy GPU, else 32 (8 a workgroup: four
-/// times the workgroups, and still whole 32-byte sectors). More threads where lavapipe's loop
-/// limit needs them; a forced choice past it is refused.
-fn threads(tuning: &Tuning, outs: u64, seg: u64, strided: bool) -> Result<u32, VulkanError> {
+/// The kernel for `outs` outputs over segments of `seg`: the forced threads an output rounded
+/// up to a compiled count, else for contiguous rows 8 threads up to 64 elements (rows of 32 a
+/// workgroup), 32 up to 2048, then 256 (a lane a thread); for strided outputs 8 (32
+/// neighbouring outputs a workgroup) where there are enough outputs for a busy GPU, else 32
+/// (8 a workgroup: four times the workgroups, and still whole 32-byte sectors). More threads
+/// where lavapipe's loop limit needs them; a forced choice past it is refused.
+fn pick(tuning: &Tuning, outs: u64, seg: u64, strided: bool) -> Result<&'static ReduceKernel, VulkanError> {
     let forced = tuning.threads_per_row.or_else(row_threads_env);
-    let t = match forced {
+    let kernel = match forced {
         Some(t) if t.is_power_of_two() && t <= 256 => {
-            KERNELS.iter().map(|k| k.0).find(|&k| k >= t).unwrap_or(256)
+            KERNELS.iter().find(|k| k.threads >= t).unwrap_or(&KERNELS[2])
         }
         Some(t) => return Err(invalid(format!("{t} threads per row; a power of two from 1 to 256"))),
-        None if strided => {
-            if outs >= 32 * BUSY_GROUPS {
-                8
-            } else {
-                32
-            }
-        }
-        None if seg <= 64 => 8,
-        None if seg <= 2048 => 32,
-        None => 256,
+        None if strided && outs >= 32 * BUSY_GROUPS => &KERNELS[0],
+        None if strided => &KERNELS[1],
+        None if seg <= 64 => &KERNELS[0],
+        None if seg <= 2048 => &KERNELS[1],
+        None => &KERNELS[2],
     };
-    let fits = |t: u32| loop_iterations(seg, t) <= LOOP_BUDGET;
-    if fits(t) {
-        return Ok(t);
+    let fits = |k: &ReduceKernel| loop_iterations(seg, k) <= LOOP_BUDGET;
+    if fits(kernel) {
+        return Ok(kernel);
     }
     if forced.is_none() {
-        if let Some(t) = KERNELS.iter().map(|k| k.0).find(|&k| k > t && fits(k)) {
-            return Ok(t);
+        if let Some(k) = KERNELS.iter().find(|k| k.threads > kernel.threads && fits(k)) {
+            return Ok(k);
         }
     }
     Err(invalid(format!(
-        "{t} threads per row of {seg} elements would run about {} loop iterations per thread; \
+        "{} threads per row of {seg} elements would run about {} loop iterations per thread; \
          lavapipe stops at 65535 (use more threads per row)",
-        loop_iterations(seg, t)
+        kernel.threads,
+        loop_iterations(seg, kernel)
     )))
 }
 
-/// How `op` over `shape`'s `axis` runs in `tier`: its first pass, and whether a second reduces
-/// that pass's partial results. Checks the shape.
-fn plan(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> Result<(Pass, bool), VulkanError> {
+/// How a reduction runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plan {
+    /// One pass of the tree kernels.
+    One(Pass),
+    /// The axis cut into segments (`Pass::nseg` of them), then the partial results reduced.
+    Cut(Pass),
+    /// Strict sums over `rows` contiguous rows of `len`: `reduce_lanes` computes every row's
+    /// 256 lane sums, then the tree kernels fold them.
+    Lanes { rows: u64, len: u64 },
+}
+
+/// Rows at least this long, too few to keep the GPU busy with a workgroup each, spread each
+/// row's lanes over workgroups in the strict tier's sums (`reduce_lanes`): 256 steps a lane.
+const LANES_MIN_ROW: u64 = 256 * 256;
+
+/// How `op` over `shape`'s `axis` runs in `tier`. Checks the shape.
+fn plan(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> Result<Plan, VulkanError> {
     elements("reduce", shape)?;
     if axis >= shape.len() {
         return Err(invalid(format!("reduce over axis {axis} of a shape of {} axes {shape:?}", shape.len())));
@@ -119,32 +139,40 @@ fn plan(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> Result<(Pass, b
     }
     check_row("reduce", len)?;
     let whole = Pass { outer, len, inner, nseg: 1, seg: len };
-    let may_cut = matches!(op, Reduce::Max) || tier == Tier::Fast;
-    if !may_cut || len < 2 * REDUCE_MIN_SEGMENT {
-        return Ok((whole, false));
-    }
-    // Workgroups of the uncut launch (its threads an output, as `threads` picks them).
+    // Workgroups of one pass (its threads an output, as `pick` picks them).
     let outs = outer * inner;
-    let per_group = 256 / u64::from(threads(&Tuning::default(), outs, len, inner > 1).unwrap_or(256));
+    let per_group =
+        256 / u64::from(pick(&Tuning::default(), outs, len, inner > 1).map_or(256, |k| k.threads));
     let groups = outs.div_ceil(per_group);
     if groups >= BUSY_GROUPS / 2 {
-        return Ok((whole, false));
+        return Ok(Plan::One(whole));
+    }
+    let may_cut = matches!(op, Reduce::Max) || tier == Tier::Fast;
+    if !may_cut {
+        if inner == 1 && len >= LANES_MIN_ROW {
+            return Ok(Plan::Lanes { rows: outer, len });
+        }
+        return Ok(Plan::One(whole));
+    }
+    if len < 2 * REDUCE_MIN_SEGMENT {
+        return Ok(Plan::One(whole));
     }
     let nseg = (BUSY_GROUPS / groups).next_power_of_two().min(len / REDUCE_MIN_SEGMENT);
     // Whole steps of 256 a segment, and no empty segment.
     let seg = len.div_ceil(nseg).next_multiple_of(256);
     let nseg = len.div_ceil(seg);
     if nseg < 2 {
-        return Ok((whole, false));
+        return Ok(Plan::One(whole));
     }
-    Ok((Pass { nseg, seg, ..whole }, true))
+    Ok(Plan::Cut(Pass { nseg, seg, ..whole }))
 }
 
 /// Bytes of scratch memory [`reduce_in`] takes for `op` over `shape`'s `axis` in `tier` (the
 /// first pass's partial results), 0 where it runs in one pass or the shape is refused.
 pub fn reduce_partials(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> u64 {
     match plan(tier, op, shape, axis) {
-        Ok((first, true)) => first.outs() * 4,
+        Ok(Plan::Cut(first)) => first.outs() * 4,
+        Ok(Plan::Lanes { rows, .. }) => rows * 256 * 4,
         _ => 0,
     }
 }
@@ -198,48 +226,62 @@ pub fn reduce_in(
     partials: Option<&Slice>,
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
-    let (first, cut) = plan(tier, op, shape, axis)?;
+    let plan = plan(tier, op, shape, axis)?;
     let total = elements("reduce", shape)?;
-    let outs = first.outer * first.inner;
+    let whole = match plan {
+        Plan::One(p) | Plan::Cut(p) => Pass { nseg: 1, seg: p.len, ..p },
+        Plan::Lanes { rows, len } => Pass { outer: rows, len, inner: 1, nseg: 1, seg: len },
+    };
+    let outs = whole.outs();
     check_len("reduce x", x, total)?;
     check_len("reduce destination", dst, outs)?;
     if outs == 0 {
         // Checked before returning, so a refused choice is refused for every shape.
-        threads(tuning, 0, first.len, first.inner > 1)?;
+        pick(tuning, 0, whole.len, whole.inner > 1)?;
         return Ok(());
     }
     let hw_ftz = !matches!(op, Reduce::Max) && strict_gemm_hw_ftz(k);
-    let kernel = |t: u32| {
-        let name = KERNELS.iter().find(|c| c.0 == t).map_or("reduce_256", |c| c.1);
-        k.specialized(name, &[u32::from(hw_ftz), u32::from(matches!(op, Reduce::Max))])
-    };
-    let launch = |rec: &mut Recorder, pass: Pass, dst: &Slice, src: &Slice, mean: bool| {
-        let t = threads(tuning, pass.outs(), pass.seg, pass.inner > 1)?;
-        let flags = u32::from(pass.inner > 1) | (u32::from(mean) << 1);
+    let spec = [u32::from(hw_ftz), u32::from(matches!(op, Reduce::Max))];
+    // A pass of the tree kernels; `flags` adds to the layout's (2: mean, 4: lane sums given).
+    let launch = |rec: &mut Recorder, pass: Pass, dst: &Slice, src: &Slice, flags: u32| {
+        let kernel = pick(tuning, pass.outs(), pass.seg, pass.inner > 1)?;
         let push = [
             w(pass.outs()),
             w(pass.len),
             w(pass.inner),
             w(pass.seg),
             w(pass.nseg),
-            flags,
-            count(first.len as usize).to_bits(),
+            flags | u32::from(pass.inner > 1),
+            count(whole.len as usize).to_bits(),
         ];
-        let groups = grid(rec, tuning, pass.outs().div_ceil(u64::from(256 / t)))?;
-        rec.dispatch(&kernel(t)?, &[Binding::write(dst), Binding::read(src)], &push, groups)
+        let groups = grid(rec, tuning, pass.outs().div_ceil(u64::from(256 / kernel.threads)))?;
+        let pipeline = k.specialized(kernel.name, &spec)?;
+        rec.dispatch(&pipeline, &[Binding::write(dst), Binding::read(src)], &push, groups)
     };
-    let mean = matches!(op, Reduce::Mean);
-    match partials.filter(|_| cut) {
-        Some(scratch) => {
+    let mean = u32::from(matches!(op, Reduce::Mean)) << 1;
+    match (plan, partials) {
+        (Plan::Cut(first), Some(scratch)) => {
             check_len("reduce partial results", scratch, first.outs())?;
-            launch(rec, first, scratch, x, false)?;
+            launch(rec, first, scratch, x, 0)?;
             let second =
                 Pass { outer: first.outer, len: first.nseg, inner: first.inner, nseg: 1, seg: first.nseg };
             launch(rec, second, dst, scratch, mean)
         }
-        None => launch(rec, Pass { nseg: 1, seg: first.len, ..first }, dst, x, mean),
+        (Plan::Lanes { rows, len }, Some(scratch)) => {
+            check_len("reduce lane sums", scratch, rows * 256)?;
+            let groups = grid(rec, tuning, rows * 256 / LANES_PER_GROUP)?;
+            let pipeline = k.specialized("reduce_lanes", &spec[..1])?;
+            let bindings = [Binding::write(scratch), Binding::read(x)];
+            rec.dispatch(&pipeline, &bindings, &[w(rows), w(len)], groups)?;
+            let second = Pass { outer: rows, len: 256, inner: 1, nseg: 1, seg: 256 };
+            launch(rec, second, dst, scratch, mean | 4)
+        }
+        _ => launch(rec, whole, dst, x, mean),
     }
 }
+
+/// `reduce_lanes.comp`'s lanes a workgroup.
+const LANES_PER_GROUP: u64 = 8;
 
 #[cfg(test)]
 mod tests {
@@ -247,7 +289,8 @@ mod tests {
 
     #[test]
     fn plans_cut_only_what_may_be_cut() {
-        let cut = |tier, op, shape: &[usize], axis| plan(tier, op, shape, axis).unwrap().1;
+        let cut =
+            |tier, op, shape: &[usize], axis| matches!(plan(tier, op, shape, axis).unwrap(), Plan::Cut(_));
         // A strict sum never, a strict max and a fast sum where there are few outputs.
         assert!(!cut(Tier::Strict, Reduce::Sum, &[1 << 20], 0));
         assert!(!cut(Tier::Strict, Reduce::Mean, &[1 << 20], 0));
@@ -256,21 +299,30 @@ mod tests {
         // Many outputs already fill the GPU; short axes are never cut.
         assert!(!cut(Tier::Fast, Reduce::Sum, &[1 << 14, 4096], 1));
         assert!(!cut(Tier::Fast, Reduce::Sum, &[8, 4095], 1));
-        let (p, _) = plan(Tier::Fast, Reduce::Sum, &[3, 100_000, 5], 1).unwrap();
+        let Plan::Cut(p) = plan(Tier::Fast, Reduce::Sum, &[3, 100_000, 5], 1).unwrap() else {
+            panic!("not cut")
+        };
         assert_eq!((p.outer, p.len, p.inner), (3, 100_000, 5));
         assert!(p.seg >= REDUCE_MIN_SEGMENT && p.seg % 256 == 0, "{p:?}");
         assert!(p.nseg * p.seg >= p.len && (p.nseg - 1) * p.seg < p.len, "no empty segment: {p:?}");
         assert_eq!(reduce_partials(Tier::Fast, Reduce::Sum, &[3, 100_000, 5], 1), p.outs() * 4);
         assert_eq!(reduce_partials(Tier::Strict, Reduce::Sum, &[3, 100_000, 5], 1), 0);
+        // A strict sum over few long contiguous rows spreads their lanes instead.
+        assert_eq!(
+            plan(Tier::Strict, Reduce::Mean, &[3, 1 << 16], 1).unwrap(),
+            Plan::Lanes { rows: 3, len: 1 << 16 }
+        );
+        assert_eq!(reduce_partials(Tier::Strict, Reduce::Sum, &[3, 1 << 16], 1), 3 * 256 * 4);
+        assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[3, (1 << 16) - 1], 1).unwrap(), Plan::One(_)));
     }
 
     #[test]
     fn loop_budget_picks_more_threads() {
         let t = Tuning::default();
-        assert_eq!(threads(&t, 1 << 20, 1 << 24, true).unwrap(), 32);
-        assert_eq!(threads(&t, 1, 1 << 24, false).unwrap(), 256);
+        assert_eq!(pick(&t, 1 << 20, 1 << 24, true).unwrap().threads, 32);
+        assert_eq!(pick(&t, 1, 1 << 24, false).unwrap().threads, 256);
         let forced = Tuning { threads_per_row: Some(2), ..Tuning::default() };
-        assert_eq!(threads(&forced, 4, 100, false).unwrap(), 8);
-        assert!(threads(&forced, 4, 1 << 24, false).is_err());
+        assert_eq!(pick(&forced, 4, 100, false).unwrap().threads, 8);
+        assert!(pick(&forced, 4, 1 << 24, false).is_err());
     }
 }
