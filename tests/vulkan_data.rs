@@ -168,6 +168,63 @@ fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+/// What a strided copy of `x` over `shape` leaves in a destination of `dst_len` words filled
+/// with `fill`: dst[doff + Σ c·ds] = x[soff + Σ c·ss] for every multi-index c, by index
+/// arithmetic.
+fn strided_reference(
+    x: &[u32],
+    dst_len: usize,
+    fill: u32,
+    (doff, ds): (usize, &[usize]),
+    (soff, ss): (usize, &[usize]),
+    shape: &[usize],
+) -> Vec<u32> {
+    let mut want = vec![fill; dst_len];
+    for i in 0..numel(shape) {
+        let (mut rem, mut d, mut s) = (i, doff, soff);
+        for ax in (0..shape.len()).rev() {
+            let c = rem % shape[ax];
+            rem /= shape[ax];
+            d += c * ds[ax];
+            s += c * ss[ax];
+        }
+        want[d] = x[s];
+    }
+    want
+}
+
+/// Strided copies whose last axis is contiguous on both sides in whole vec4s move four words a
+/// thread; an offset or stride that is not whole vec4s keeps them one a thread. Both give the
+/// index arithmetic's words.
+#[test]
+fn strided_copy_in_quads() {
+    let Some(ex) = exec() else { return };
+    let x: Vec<u32> = (0..4096u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
+    // (shape, dst strides and offset, src strides and offset)
+    let cases: [(&[usize], &[usize], usize, &[usize], usize); 6] = [
+        (&[1000], &[1], 0, &[1], 0),
+        (&[3, 5, 8], &[48, 8, 1], 4, &[400, 12, 1], 8),
+        (&[7, 12], &[12, 1], 0, &[16, 1], 4),
+        (&[4, 6, 4], &[24, 4, 1], 8, &[4, 80, 1], 0),
+        (&[3, 8], &[8, 1], 2, &[8, 1], 0),
+        (&[5, 8], &[8, 1], 0, &[10, 1], 0),
+    ];
+    for (shape, ds, doff, ss, soff) in cases {
+        let dst_len = doff + shape.iter().zip(ds).map(|(&n, &s)| (n - 1) * s).sum::<usize>() + 1;
+        let got = run(ex, &[&x], dst_len, |k, rec, o, ins| {
+            data::fill(k, rec, o, dst_len, 7)?;
+            data::strided_copy(k, rec, o, doff, ds, &ins[0], soff, ss, shape)
+        });
+        let want = strided_reference(&x, dst_len, 7, (doff, ds), (soff, ss), shape);
+        same(&format!("strided copy {shape:?} dst {ds:?}+{doff} src {ss:?}+{soff}"), &want, &got);
+    }
+    // data::copy: whole vec4s through the kernel, other lengths through a transfer.
+    for words in [4usize, 1000, 1001, 4095] {
+        let got = run(ex, &[&x[..words]], words, |k, rec, o, ins| data::copy(k, rec, o, &ins[0]));
+        same(&format!("copy of {words} words"), &x[..words], &got);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
 
@@ -365,18 +422,7 @@ proptest! {
             data::fill(k, rec, o, dst_len, 7)?;
             data::strided_copy(k, rec, o, doff, &ds, &ins[0], soff, ss, &shape)
         });
-        let mut want = vec![7u32; dst_len];
-        let n = numel(&shape);
-        for i in 0..n {
-            let (mut rem, mut d, mut s) = (i, doff, soff);
-            for ax in (0..rank).rev() {
-                let c = rem % shape[ax];
-                rem /= shape[ax];
-                d += c * ds[ax];
-                s += c * ss[ax];
-            }
-            want[d] = x[s];
-        }
+        let want = strided_reference(&x, dst_len, 7, (doff, &ds), (soff, ss), &shape);
         same(&format!("strided copy {shape:?} dst {ds:?}+{doff} src {ss:?}+{soff}"), &want, &got);
     }
 

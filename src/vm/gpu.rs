@@ -553,7 +553,7 @@ impl Vm {
         }
         if t == dst && !elementwise {
             let c = g.scratch(s.len)?;
-            g.rec.copy(&s, &c)?;
+            data::copy(g.exec.kernels(), &mut g.rec, &c, &s)?;
             return Ok(c);
         }
         Ok(s)
@@ -571,7 +571,7 @@ impl Vm {
         }
         if t == dst {
             let c = g.scratch(s.len)?;
-            g.rec.copy(&s, &c)?;
+            data::copy(g.exec.kernels(), &mut g.rec, &c, &s)?;
             return Ok(c);
         }
         Ok(s)
@@ -676,7 +676,8 @@ impl Vm {
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
                 let s = self.src(p, f, TensorId(src.0 + k))?;
                 let d = self.dst(f, dst)?;
-                self.gpu_mut().rec.copy(&s, &d)?;
+                let g = self.gpu_mut();
+                data::copy(g.exec.kernels(), &mut g.rec, &d, &s)?;
             }
             Insn::Store { out, src } => {
                 let s = self.src(p, f, src)?;
@@ -697,7 +698,8 @@ impl Vm {
                 if src != dst {
                     let s = self.src(p, f, src)?;
                     let d = self.dst(f, dst)?;
-                    self.gpu_mut().rec.copy(&s, &d)?;
+                    let g = self.gpu_mut();
+                    data::copy(g.exec.kernels(), &mut g.rec, &d, &s)?;
                 }
             }
             Insn::Slice { dst, src, axis, start } => {

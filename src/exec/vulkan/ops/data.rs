@@ -483,7 +483,7 @@ pub fn strided_copy(
     if n == 0 {
         return Ok(());
     }
-    let n32 = to_u32(n, "the element count")?;
+    to_u32(n, "the element count")?;
     let overflow = || invalid("a strided copy's addresses overflow".to_string());
     let dst_last = last_offset(dst_offset, shape, dst_strides).ok_or_else(overflow)?;
     let src_last = last_offset(src_offset, shape, src_strides).ok_or_else(overflow)?;
@@ -492,9 +492,28 @@ pub fn strided_copy(
     // The kernel adds offsets in u32.
     to_u32(dst_last, "the last destination element")?;
     to_u32(src_last, "the last source element")?;
-    let (sh, [ds, ss]) = collapse(shape, [dst_strides, src_strides]);
+    let (mut sh, [mut ds, mut ss]) = collapse(shape, [dst_strides, src_strides]);
+    // Four words a unit where the last axis is contiguous on both sides and every offset and
+    // stride is whole vec4s (slices start 256-byte aligned): the same words moved.
+    let last = sh.len().wrapping_sub(1);
+    let quads = !sh.is_empty()
+        && ds[last] == 1
+        && ss[last] == 1
+        && sh[last] % 4 == 0
+        && dst_offset % 4 == 0
+        && src_offset % 4 == 0
+        && ds[..last].iter().chain(&ss[..last]).all(|s| s % 4 == 0);
+    let (dst_offset, src_offset, items) = if quads {
+        sh[last] /= 4;
+        for s in ds[..last].iter_mut().chain(&mut ss[..last]) {
+            *s /= 4;
+        }
+        (dst_offset / 4, src_offset / 4, n / 4)
+    } else {
+        (dst_offset, src_offset, n)
+    };
     let mut push = vec![
-        n32,
+        to_u32(items, "the element count")?,
         sh.len() as u32,
         to_u32(dst_offset as u64, "the destination offset")?,
         to_u32(src_offset as u64, "the source offset")?,
@@ -502,7 +521,20 @@ pub fn strided_copy(
     push.extend(axes8(&sh, "an axis size")?);
     push.extend(axes8(&ds, "a destination stride")?);
     push.extend(axes8(&ss, "a source stride")?);
-    launch(k, rec, "strided_copy", &[Binding::write(dst), Binding::read(src)], &push, n)
+    let kernel = k.specialized("strided_copy", &[u32::from(quads)])?;
+    let groups = groups_for(rec.device(), items, LOCAL_SIZE);
+    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(src)], &push, groups)
+}
+
+/// A copy of `src` into `dst` (equal lengths): as [`strided_copy`] four words a thread where
+/// the length is whole vec4s (an H100 moved 2^24 words at 836 GB/s through
+/// vkCmdCopyBuffer), else a transfer command.
+pub fn copy(k: &Kernels, rec: &mut Recorder, dst: &Slice, src: &Slice) -> Result<(), VulkanError> {
+    if src.len != dst.len || src.len % 16 != 0 || src.len == 0 {
+        return rec.copy(src, dst);
+    }
+    let words = (src.len / 4) as usize;
+    strided_copy(k, rec, dst, 0, &[1], src, 0, &[1], &[words])
 }
 
 /// GATHER: `dst[i, :] = table[indices[i], :]` for i in 0..count, rows of `row` 32-bit words,
