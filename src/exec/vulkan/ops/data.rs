@@ -499,10 +499,10 @@ pub fn strided_copy(
     let quads = !sh.is_empty()
         && ds[last] == 1
         && ss[last] == 1
-        && sh[last] % 4 == 0
-        && dst_offset % 4 == 0
-        && src_offset % 4 == 0
-        && ds[..last].iter().chain(&ss[..last]).all(|s| s % 4 == 0);
+        && sh[last].is_multiple_of(4)
+        && dst_offset.is_multiple_of(4)
+        && src_offset.is_multiple_of(4)
+        && ds[..last].iter().chain(&ss[..last]).all(|s| s.is_multiple_of(4));
     let (dst_offset, src_offset, items) = if quads {
         sh[last] /= 4;
         for s in ds[..last].iter_mut().chain(&mut ss[..last]) {
@@ -530,7 +530,7 @@ pub fn strided_copy(
 /// the length is whole vec4s (an H100 moved 2^24 words at 836 GB/s through
 /// vkCmdCopyBuffer), else a transfer command.
 pub fn copy(k: &Kernels, rec: &mut Recorder, dst: &Slice, src: &Slice) -> Result<(), VulkanError> {
-    if src.len != dst.len || src.len % 16 != 0 || src.len == 0 {
+    if src.len != dst.len || !src.len.is_multiple_of(16) || src.len == 0 {
         return rec.copy(src, dst);
     }
     let words = (src.len / 4) as usize;
