@@ -201,7 +201,8 @@ fn strided_copy_in_quads() {
     let Some(ex) = exec() else { return };
     let x: Vec<u32> = (0..4096u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
     // (shape, dst strides and offset, src strides and offset)
-    let cases: [(&[usize], &[usize], usize, &[usize], usize); 6] = [
+    type Case<'a> = (&'a [usize], &'a [usize], usize, &'a [usize], usize);
+    let cases: [Case; 6] = [
         (&[1000], &[1], 0, &[1], 0),
         (&[3, 5, 8], &[48, 8, 1], 4, &[400, 12, 1], 8),
         (&[7, 12], &[12, 1], 0, &[16, 1], 4),
