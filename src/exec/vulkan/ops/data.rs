@@ -565,11 +565,14 @@ pub fn gather(
     let table_words = (rows as u64)
         .checked_mul(row as u64)
         .ok_or_else(|| invalid(format!("a table of {rows} rows of {row} words overflows")))?;
+    // Rows of whole vec4s move four words a thread (counts in vec4s).
+    let quads = row.is_multiple_of(4) && row > 0;
+    let unit = if quads { 4 } else { 1 };
     let push = [
-        to_u32(total, "the gathered word count")?,
+        to_u32(total / unit, "the gathered word count")?,
         to_u32(count as u64, "the index count")?,
         to_u32(rows as u64, "the table's row count")?,
-        to_u32(row as u64, "the row length")?,
+        to_u32(row as u64 / unit, "the row length")?,
         slot,
     ];
     to_u32(table_words, "the table's word count")?;
@@ -579,5 +582,7 @@ pub fn gather(
     fits(status, "the status buffer", u64::from(slot) + 1)?;
     let bindings =
         [Binding::write(dst), Binding::read(table), Binding::read(indices), Binding::write(status)];
-    launch(k, rec, "gather", &bindings, &push, total.max(count as u64))
+    let kernel = k.specialized("gather", &[u32::from(quads)])?;
+    let groups = groups_for(rec.device(), (total / unit).max(count as u64), LOCAL_SIZE);
+    rec.dispatch(&kernel, &bindings, &push, groups)
 }
