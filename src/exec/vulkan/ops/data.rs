@@ -377,11 +377,17 @@ pub fn cast(
         return Ok(());
     }
     let n32 = to_u32(n as u64, "the element count")?;
-    let items = words_of(dst_dtype, n as u64);
-    fits(dst, "the destination", items)?;
+    let words = words_of(dst_dtype, n as u64);
+    fits(dst, "the destination", words)?;
     fits(src, "the source", words_of(src_dtype, n as u64))?;
+    // Four elements an invocation where n is whole quads (slices start 256-byte aligned, so
+    // every quad is a whole uvec4 or uvec2 on both sides; shaders/cast.comp).
+    let quads = n.is_multiple_of(4);
+    let items = if quads { n as u64 / 4 } else { words };
     let push = [items as u32, n32, dtype_code(src_dtype), dtype_code(dst_dtype)];
-    launch(k, rec, "cast", &[Binding::write(dst), Binding::read(src)], &push, items)
+    let kernel = k.specialized("cast", &[u32::from(quads)])?;
+    let groups = groups_for(rec.device(), items, LOCAL_SIZE);
+    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(src)], &push, groups)
 }
 
 /// `dst[i] = ` 16-bit element i of the packed `src`, zero-extended to 32 bits, for i in 0..n
