@@ -8,11 +8,16 @@
 //
 // A lane's chain adds one element after another, so its loads must be in flight long before
 // their adds: the workgroup's 256 threads load a block of 512 steps of its 8 lanes (16 KB) into
-// registers, store it to shared memory and load the next block while 8 threads (one a lane)
-// walk the block before, four steps a shared-memory read (a lane's steps are contiguous there);
-// two shared buffers, one barrier a block. Measured on an H100 (strict sum of 2^24 elements to
-// one): 30 GB/s as one workgroup a row (reduce_256), 119 here with a step a read, 129 with four;
-// 4 lanes a workgroup (64 workgroups a row) gave 141 for one row but 581 against 957 for 32
+// registers, store it flushed to shared memory and load the next block while 8 threads (one a
+// lane) walk the block before, four steps a shared-memory read (a lane's steps are contiguous
+// there), sixteen a loop iteration; two shared buffers, one barrier a block. The walking
+// threads do nothing but the chain's adds: the elements' flush is the loading threads' work.
+// Measured on an H100 (strict sum of 2^24 elements to one): 30 GB/s as one workgroup a row
+// (reduce_256), 119 here with a step a read, 129 with four and eight steps an iteration, the
+// walkers flushing each element; 267 with the flush moved to the loaders and sixteen steps an
+// iteration (32 rows of 2^19: 950 -> 1358; 4 rows of 2^22: 476 -> 920). Issuing the next
+// sixteen steps' reads before this sixteen's adds gave 274 (not kept: within 3%); 4 lanes a
+// workgroup (64 workgroups a row) gave 141 for one row against 129 but 581 against 957 for 32
 // rows of 2^19 (sectors half used).
 //
 // Arithmetic as reduce.glsl's sums: elements flushed, a `precise` add whose result is flushed
@@ -70,7 +75,7 @@ void main() {
 #define LANES_STORE(k, buf)                                                            \
     {                                                                                  \
         uint at = ((buf) * LANES + li % LANES) * PITCH + step0 + (k) * (256u / LANES);  \
-        staged4[at / 4u][at % 4u] = v[k];                                              \
+        staged4[at / 4u][at % 4u] = strict_ftz(v[k]);                                  \
     }
 #define LANES_STORES(buf)                                                              \
     LANES_STORE(0, buf) LANES_STORE(1, buf) LANES_STORE(2, buf) LANES_STORE(3, buf)    \
@@ -96,13 +101,16 @@ void main() {
             uint count = my_steps > done ? min(BLOCK, my_steps - done) : 0u;
             uint at = (buf * LANES + li) * PITCH / 4u; // this lane's steps of the block, as vec4s
             uint k = 0u;
-            for (; k + 8u <= count; k += 8u) {
+            for (; k + 16u <= count; k += 16u) {
                 vec4 s0 = staged4[at + k / 4u], s1 = staged4[at + k / 4u + 1u];
-                acc = add(add(add(add(acc, strict_ftz(s0.x)), strict_ftz(s0.y)), strict_ftz(s0.z)), strict_ftz(s0.w));
-                acc = add(add(add(add(acc, strict_ftz(s1.x)), strict_ftz(s1.y)), strict_ftz(s1.z)), strict_ftz(s1.w));
+                vec4 s2 = staged4[at + k / 4u + 2u], s3 = staged4[at + k / 4u + 3u];
+                acc = add(add(add(add(acc, s0.x), s0.y), s0.z), s0.w);
+                acc = add(add(add(add(acc, s1.x), s1.y), s1.z), s1.w);
+                acc = add(add(add(add(acc, s2.x), s2.y), s2.z), s2.w);
+                acc = add(add(add(add(acc, s3.x), s3.y), s3.z), s3.w);
             }
             for (; k < count; k++) {
-                acc = add(acc, strict_ftz(staged4[at + k / 4u][k % 4u]));
+                acc = add(acc, staged4[at + k / 4u][k % 4u]);
             }
         }
         if (more) {

@@ -1012,7 +1012,7 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
 /// ONE_PASS_ROW_MAX, held in registers; shaders/include/strictrow.glsl) give the CPU
 /// reference's bits for every compiled shape, with special values, a broadcast mask holding
 /// -inf, negative scales, gamma and beta; and the tree kernels on the same cases, for rows
-/// just outside those lengths.
+/// longer than those and for short rows with a number of threads a row chosen.
 #[test]
 fn strict_rows_match_reference_bits() {
     let Some(ex) = exec() else { return };
@@ -1021,12 +1021,21 @@ fn strict_rows_match_reference_bits() {
     if !info.subgroup_shuffle {
         println!("{}: no subgroup shuffles, so the tree kernels ran", info.name);
     }
-    // Five rows: the kernels with several rows a workgroup get a padding row.
-    let nrows = 5;
     let (min, max) = (rows::ONE_PASS_ROW_MIN as usize, rows::ONE_PASS_ROW_MAX as usize);
-    // Each compiled shape: rows of up to 256, 512, 1024 (64 threads a row, four rows a
-    // workgroup), 2048, 4096, 8192 and 16384 elements; ragged rows and whole ones.
-    for n in [min - 1, min, 100, 256, 300, 512, 700, 1031, 2048, 3000, 4097, 9001, max, max + 1] {
+    let tree = |threads| Tuning { threads_per_row: Some(threads), ..Tuning::default() };
+    // Each compiled shape: rows of up to 4, 8, 16, 32, 64 and 128 elements (1 to 32 threads a
+    // row, 256 to 8 rows a workgroup, placed by subgroup; on lavapipe's subgroups of 8, 16 and
+    // 32 threads take the shared-memory levels), 256, 512, 1024 (64 threads a row, four rows a
+    // workgroup), 2048, 4096, 8192 and 16384 elements; ragged rows and whole ones. The tree
+    // kernels: short rows with the threads a row chosen, and rows longer than the one-pass
+    // kernels take.
+    let one_pass = [min, 2, 3, 4, 5, 8, 13, 16, 31, 32, 47, 64, 100, 128, 129, 256, 300, 512, 700, 1031];
+    let one_pass = one_pass.into_iter().chain([2048, 3000, 4097, 9001, max]).map(|n| (n, Tuning::default()));
+    let trees = [(3, tree(4)), (47, tree(64)), (100, tree(2)), (max + 1, Tuning::default())];
+    for (n, tuning) in one_pass.chain(trees) {
+        // A padding row in the kernels with several rows a workgroup; short rows fill more
+        // than one workgroup (of up to 256 rows) and more than one subgroup.
+        let nrows = if n <= 256 { 517 } else { 5 };
         // (seed, spice, scale, sensitive, shift). The sensitive cases' results depend on the
         // order of the sums (a kernel pairing the tree's lanes otherwise fails them), so they
         // have no mask, gamma or beta, whose terms would hide a last-bit difference: logits
@@ -1077,15 +1086,15 @@ fn strict_rows_match_reference_bits() {
             let sg = gamma.map(|g| upload(ex, &mut rec, g));
             let sb = beta.map(|b| upload(ex, &mut rec, b));
             let [d0, d1, d2] = [0; 3].map(|_| ex.alloc((nrows * n) as u64 * 4).unwrap());
-            let tuning = Tuning::default();
             let mask_arg = sm.as_ref().map(|m| (m, &mshape[..]));
             rows::softmax_in(k, &mut rec, Tier::Strict, &d0, &sx, &[nrows, n], mask_arg, scale, &tuning)
                 .unwrap();
             let (g, b) = (sg.as_ref(), sb.as_ref());
             rows::layernorm_in(k, &mut rec, Tier::Strict, &d1, &sw, nrows, n, g, b, 1e-5, &tuning).unwrap();
             rows::rmsnorm_with(k, &mut rec, &d2, &sx, nrows, n, g, 1e-5, &tuning).unwrap();
-            let what =
-                |op: &str| format!("strict {op} [{nrows}, {n}] seed {seed} spice {spice} scale {scale}");
+            let what = |op: &str| {
+                format!("strict {op} [{nrows}, {n}] ({tuning:?}) seed {seed} spice {spice} scale {scale}")
+            };
             check(same_bits(&what("softmax"), &want_sm, &fetch(ex, &mut rec, &d0)));
             check(same_bits(&what("layernorm"), &want_ln, &fetch(ex, &mut rec, &d1)));
             check(same_bits(&what("rmsnorm"), &want_rms, &fetch(ex, &mut rec, &d2)));
@@ -1100,8 +1109,9 @@ fn strict_rows_match_reference_bits() {
 /// 2^-115 (the rest of the row is zero but for lane 3's 2 FLT_MIN and a denormal element).
 /// Between lanes: lanes 0 and 128 (or 16) hold 1.5 and -1.25 FLT_MIN, which the tree's level 128
 /// (16) pairs, and lane 64 (8) 2^-115: levels within a thread, in shared memory and by shuffles
-/// on NVIDIA (64 threads a row, subgroups of 32). Each one-pass shape, and the tree kernels (a row
-/// shorter than the one-pass kernels take, threads per row chosen, and a long row).
+/// (64 threads a row on NVIDIA's subgroups of 32; rows of up to 128 elements, 4 to 32 threads a
+/// row, by shuffles in place). Each one-pass shape, and the tree kernels (rows of 47 and 4096
+/// with threads per row chosen, and a row longer than the one-pass kernels take).
 #[test]
 fn strict_layernorm_flushes_partial_sums() {
     let Some(ex) = exec() else { return };
@@ -1109,12 +1119,8 @@ fn strict_layernorm_flushes_partial_sums() {
     let m = f32::MIN_POSITIVE;
     let tree = Tuning { threads_per_row: Some(64), ..Tuning::default() };
     let max = rows::ONE_PASS_ROW_MAX as usize;
-    let one_pass = [200, 512, 1024, 2048, 4096, 8192, max];
-    let trees = [
-        (rows::ONE_PASS_ROW_MIN as usize - 1, Tuning::default()),
-        (4096, tree),
-        (max + 1, Tuning::default()),
-    ];
+    let one_pass = [20, 32, 64, 100, 200, 512, 1024, 2048, 4096, 8192, max];
+    let trees = [(47, tree), (4096, tree), (max + 1, Tuning::default())];
     let cases = one_pass.map(|n| (n, Tuning::default())).into_iter().chain(trees);
     for (n, tuning) in cases {
         // 0: within a lane; else the tree's levels `level` and `level / 2`.
@@ -1146,7 +1152,7 @@ fn strict_layernorm_flushes_partial_sums() {
     }
 }
 
-/// The fast tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of FAST_ONE_PASS_ROW_MIN to
+/// The fast tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of ONE_PASS_ROW_MIN to
 /// FAST_ONE_PASS_ROW_MAX): within a small relative error of float64, with and without a broadcast
 /// mask, gamma and beta (the kernels' two output paths), and the same bits on a second run.
 #[test]
@@ -1162,7 +1168,7 @@ fn fast_row_kernels_are_repeatable_and_accurate() {
     // each (whole rows and ragged ones), 64 with 8 and 16; 256 with 8, 16, 32 and 64; 1024 with
     // 32 (on devices whose workgroups take 1024 threads, lavapipe's among them; else the tree
     // kernel).
-    let min = rows::FAST_ONE_PASS_ROW_MIN as usize;
+    let min = rows::ONE_PASS_ROW_MIN as usize;
     let (max, max1024) = (rows::ONE_PASS_ROW_MAX as usize, rows::FAST_ONE_PASS_ROW_MAX as usize);
     // Past them, the fast softmax's two-pass kernel (softmax_fast_long; the norms' tree kernels).
     for n in [min, 3, 8, 16, 32, 64, 100, 256, 300, 700, 1500, 3000, 6000, 9001, max, 20000, max1024, 40000] {
@@ -1388,6 +1394,19 @@ fn cut_reductions_keep_strict_bits() {
     reference::reduce(Reduce::Sum, &x, &[n], 0, &mut want);
     assert_eq!(want[0].to_bits(), 0x8000_0000, "the reference's sum is -0");
     check(same_bits("a sum of -0 lanes", &want, &reduce_in_tier(ex, Tier::Strict, Reduce::Sum, &x, &[n], 0)));
+    // Lane chains meeting a denormal element, which the strict add flushes before it adds:
+    // FLT_MIN, then -2^-140, stays FLT_MIN (the unflushed sum falls below FLT_MIN and flushes to
+    // +0), so the sum is 256 FLT_MIN.
+    let mut x = vec![0.0f32; n];
+    x[..256].fill(f32::MIN_POSITIVE);
+    x[256..512].fill(-f32::from_bits(1 << 9));
+    reference::reduce(Reduce::Sum, &x, &[n], 0, &mut want);
+    assert_eq!(want[0], 256.0 * f32::MIN_POSITIVE, "the reference flushes the elements");
+    check(same_bits(
+        "lanes meeting denormals",
+        &want,
+        &reduce_in_tier(ex, Tier::Strict, Reduce::Sum, &x, &[n], 0),
+    ));
 }
 
 /// The fast tier's cut sums and means: the same bits every run, within the error bound of

@@ -122,6 +122,13 @@ float fast_reduce(float v, bool is_max, uint slot) {
         float w = subgroupShuffleXor(v, o);
         v = is_max ? max(v, w) : v + w;
     }
+    // A row within one subgroup: every thread of it already holds the result (the single part
+    // the code below would read back), so no shared memory and no barrier. H100, fast SOFTMAX
+    // over 16M elements, GB/s: rows of 4 (1 thread a row) 1425 -> 1565, 8 1542 -> 1736, 16
+    // 2416 -> 2583.
+    if (FAST_T <= gl_SubgroupSize) {
+        return v;
+    }
     if (place % width == 0u) {
         fast_part[slot][place / width] = v;
     }

@@ -1,7 +1,7 @@
 // strictrow.glsl -- the strict tier's one-pass row kernels (softmax_strict, layernorm_strict,
 // rmsnorm_strict): fastrow.glsl's shape with rowtree.glsl's bits. A row is held in the registers of its
-// STRICT_T threads (64, 128 or 256; 256 / STRICT_T rows a workgroup of 256), STRICT_PER
-// elements each (4 to 64): thread t of a row holds elements e = t + STRICT_T * j
+// STRICT_T threads (1 to 256; 256 / STRICT_T rows a workgroup of 256), STRICT_PER elements each
+// (4 to 64; 4 where STRICT_T < 64): thread t of a row holds elements e = t + STRICT_T * j
 // (j < STRICT_PER), so the row is read once and written once, where rowtree's kernels read it
 // once a pass (rows of up to 16384 elements; ops::rows::RowOp::one_pass_kernel picks these
 // for those rows on devices with subgroup shuffles in compute shaders).
@@ -10,10 +10,15 @@
 // lanes t + STRICT_T * q (q < R = 256 / STRICT_T), element j falling to lane q = j % R, and
 // folds each lane's elements in ascending order from the lane's starting value, as the lane
 // does; it combines its R lanes in registers by the tree's levels 128 .. STRICT_T (the pairs
-// the halving makes). The levels below pair thread j with thread j + s (left operand first);
-// those with s >= gl_SubgroupSize run in shared memory (a barrier each), the rest within one
-// subgroup a row by shuffles, whose invocation i reads the row's thread i: the same pairs, so
-// the same bits on any subgroup size (8 or 16 on lavapipe, 32 on NVIDIA).
+// the halving makes). With fewer than 64 threads a row (R > 4; rows of up to 4 * STRICT_T
+// elements) element j is lane j's only element and lanes 4 .. R - 1 hold the starting value,
+// which levels R/2 .. 4 fold into lanes 0 .. 3 without changing them (strict_row_reduce). The
+// levels below pair thread j with thread j + s (left operand first); with fewer than 64 threads a
+// row, placed by subgroup as fastrow.glsl places them, a row within one subgroup runs them all
+// by shuffles in place (no barrier); otherwise those with s >= gl_SubgroupSize run in shared
+// memory (a barrier each), the rest within one subgroup a row by shuffles, whose invocation i
+// reads the row's thread i: the same pairs, so the same bits on any subgroup size (8 or 16 on
+// lavapipe, 32 on NVIDIA).
 //
 // Registers cannot be indexed at run time (NVIDIA's compiler moves an array indexed by a loop
 // counter to local memory), and a strict shader may not mark a loop [[unroll]] (the unroller
@@ -35,6 +40,7 @@ layout(local_size_x = 256) in;
 // preprocessor tests it) are defined by shaders/{softmax,layernorm,rmsnorm}_strict_<T>x<PER>.comp.
 const uint SROW_T = STRICT_T;
 const uint SROW_R = TREE_LANES / STRICT_T; // lanes a thread; also rows a workgroup
+const uint SROW_HELD = min(SROW_R, 4u); // lane accumulators a thread keeps (the rest: R > 4)
 #define SROW_EACH4(X, b) X((b)) X((b) + 1u) X((b) + 2u) X((b) + 3u)
 #define SROW_EACH8(X, b) SROW_EACH4(X, b) SROW_EACH4(X, (b) + 4u)
 #define SROW_EACH16(X, b) SROW_EACH8(X, b) SROW_EACH8(X, (b) + 8u)
@@ -64,8 +70,12 @@ const uint SROW_HALF = 32u;
 const uint SROW_HALF = STRICT_PER;
 #define SROW_DECLARE_AND_LOAD float v[STRICT_PER]; SROW_EACH_HALF(SROW_LOAD)
 #endif
-#if STRICT_T != 64 && STRICT_T != 128 && STRICT_T != 256
-#error "STRICT_T is 64, 128 or 256"
+#if STRICT_T != 1 && STRICT_T != 2 && STRICT_T != 4 && STRICT_T != 8 && STRICT_T != 16 && STRICT_T != 32 && \
+    STRICT_T != 64 && STRICT_T != 128 && STRICT_T != 256
+#error "STRICT_T is a power of two from 1 to 256"
+#endif
+#if STRICT_T < 64 && STRICT_PER != 4
+#error "fewer than 64 threads a row hold 4 elements each"
 #endif
 
 // STRICT_ROW_BEGIN: the kernels' common start (their input buffer is `x`, their push constants
@@ -168,12 +178,23 @@ const uint SROW_HALF = STRICT_PER;
                              buf[min(srow_elem(2u), p.n - 1u)], buf[min(srow_elem(3u), p.n - 1u)])
 #define SROW_SET_C4(q4) { vec4 srow_t4 = (q4); c[0] = srow_t4.x; c[1] = srow_t4.y; c[2] = srow_t4.z; c[3] = srow_t4.w; }
 #define srow_elem(i) (srow_thread() + SROW_T * (srow_q * 4u + (i)))
-#define srow_lane(i) ((i) % SROW_R)
+// The thread's lane (of its 4 lane accumulators) element i of a quad falls to: with R <= 4, q % R
+// for an element of lane q; with R > 4, the thread's element i (its only quad) is its lane i.
+#define srow_lane(i) ((i) % SROW_HELD)
 
+// The thread's place in the workgroup: with fewer than 64 threads a row, its subgroup's number
+// times the subgroup size plus its place in the subgroup, so that a row is a run of invocations
+// of one subgroup (or whole subgroups) however the device numbers them (fastrow.glsl's
+// fast_place, with its assumption: full subgroups of a power-of-two size).
+#if STRICT_T < 64
+uint srow_place() { return gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID; }
+#else
+uint srow_place() { return gl_LocalInvocationIndex; }
+#endif
 // The thread's place in its row, and the row (may be >= the row count: a padding row of the
 // last workgroup, whose threads still take part in the barriers).
-uint srow_thread() { return gl_LocalInvocationIndex % SROW_T; }
-uint srow_row() { return tree_group() * SROW_R + gl_LocalInvocationIndex / SROW_T; }
+uint srow_thread() { return srow_place() % SROW_T; }
+uint srow_row() { return tree_group() * SROW_R + srow_place() / SROW_T; }
 // Whether this workgroup has any row below `rows` (uniform: a workgroup without returns
 // before any barrier).
 bool srow_group_live(uint rows) { return tree_group() * SROW_R < rows; }
@@ -198,7 +219,7 @@ uint srow_op(uint op, uint a, uint b) {
 shared uint srow_lanes[TREE_LANES];
 // Each reduction of a kernel has its own result slots (`slot`, 0 or 1), so the next
 // reduction's stores never meet a thread still reading the last result.
-shared uint srow_result[2][4];
+shared uint srow_result[2][SROW_R];
 
 // The tree's result over the row's lanes, `lanes` holding this thread's bits (in lane order q);
 // every thread of the row gets it. Called by every thread of the workgroup (it has barriers).
@@ -207,17 +228,37 @@ uint strict_row_reduce(uint op, uint lanes[4], uint slot) {
     uint v = lanes[0];
     if (SROW_R == 2u) {
         v = srow_op(op, lanes[0], lanes[1]);
-    } else if (SROW_R == 4u) {
+    } else if (SROW_R >= 4u) {
+        // With R > 4, levels R/2 .. 4 first pair lanes 0 .. 3 with lanes that hold only the
+        // starting value s (top). Each of lanes 0 .. 3 is s or op(s, x) for its one element x,
+        // and op(op(s, x), s) == op(s, x) for every op here (the sum's first add has already
+        // flushed x and turned -0 into +0; max is idempotent), so those levels change no bit
+        // and are skipped: 24 strict operations a reduction at 1 thread a row.
         v = srow_op(op, srow_op(op, lanes[0], lanes[2]), srow_op(op, lanes[1], lanes[3]));
     }
-    uint li = gl_LocalInvocationIndex, t = srow_thread();
-    srow_lanes[li] = v;
+    uint place = srow_place(), t = srow_thread();
+#if STRICT_T < 64
+    if (SROW_T <= gl_SubgroupSize) {
+        // The row is SROW_T neighbouring invocations of one subgroup (srow_place): every
+        // level by shuffles. Invocations t >= l compute values no level reads (their shuffle
+        // index kept in range only so that the shuffle is defined).
+        uint i = gl_SubgroupInvocationID;
+        for (uint l = SROW_T / 2u; l > 0u; l >>= 1) {
+            uint right = subgroupShuffle(v, min(i + l, gl_SubgroupSize - 1u));
+            if (t < l) {
+                v = srow_op(op, v, right);
+            }
+        }
+        return subgroupShuffle(v, i - t);
+    }
+#endif
+    srow_lanes[place] = v;
     memoryBarrierShared();
     barrier();
     uint s = SROW_T / 2u;
     for (; s >= gl_SubgroupSize; s >>= 1) {
         if (t < s) {
-            srow_lanes[li] = srow_op(op, srow_lanes[li], srow_lanes[li + s]);
+            srow_lanes[place] = srow_op(op, srow_lanes[place], srow_lanes[place + s]);
         }
         memoryBarrierShared();
         barrier();
@@ -241,7 +282,7 @@ uint strict_row_reduce(uint op, uint lanes[4], uint slot) {
     }
     memoryBarrierShared();
     barrier();
-    return srow_result[slot][li / SROW_T];
+    return srow_result[slot][place / SROW_T];
 }
 
 // The row's sum by tree op `op` (a sum) of the thread's lanes.

@@ -263,14 +263,18 @@ const LARGE_MIN_TILES: u64 = 384;
 /// (strict) faster than LARGE on an H200; at 1024^2 (64 tiles) 40% slower.
 const HUGE_MIN_TILES: u64 = 256;
 
-/// Rows the strict tier's one-pass row kernels take (SOFTMAX, LAYERNORM and RMSNORM; the fast
-/// tier's from [`FAST_ONE_PASS_ROW_MIN`]): from [`ONE_PASS_ROW_MIN`] elements to
-/// [`ONE_PASS_ROW_MAX`] (64 elements a thread in registers, shaders/include/fastrow.glsl and
-/// strictrow.glsl). A shorter row leaves most of its 64 threads idle, and the tree kernels
-/// share a workgroup between more rows: on the H100, strict SOFTMAX, LAYERNORM and RMSNORM over
-/// 16M elements in rows of 32 ran at 281, 170 and 285 GB/s one-pass against the tree kernels'
-/// 436, 311 and 479; rows of 48 394 against 336 (softmax), 64 486 / 419, 128 966 / 404.
-pub const ONE_PASS_ROW_MIN: u64 = 48;
+/// Rows the one-pass row kernels take (SOFTMAX, LAYERNORM and RMSNORM, both tiers): from
+/// [`ONE_PASS_ROW_MIN`] elements to [`ONE_PASS_ROW_MAX`] (64 elements a thread in registers,
+/// shaders/include/fastrow.glsl and strictrow.glsl; the fast tier's to [`FAST_ONE_PASS_ROW_MAX`]
+/// where a workgroup takes 1024 threads). With as few threads a row as hold it
+/// ([`RowOp::one_pass_kernel`]) they ran faster than the tree kernels at every length measured
+/// on the H100. GB/s, fast tier (against the strict tree kernel, which it ran for short rows
+/// before): SOFTMAX over rows of 4 1074 against 499, 16 2450 / 456, 128 3048 / 404; LAYERNORM
+/// over rows of 768 3121 against 1365. Strict tier, against what ran before (the tree kernel below
+/// rows of 48, 64 threads a row up to 256): SOFTMAX over rows of 4 1654 against 500, 32 1618 /
+/// 435, 64 1565 / 486, 128 1524 / 962; LAYERNORM over rows of 32 1365 / 310; RMSNORM over rows
+/// of 32 2175 / 478.
+pub const ONE_PASS_ROW_MIN: u64 = 1;
 /// See [`ONE_PASS_ROW_MIN`].
 pub const ONE_PASS_ROW_MAX: u64 = 64 * 256;
 /// The fast tier's one-pass kernels take rows up to this many elements on devices whose
@@ -282,13 +286,6 @@ pub const ONE_PASS_ROW_MAX: u64 = 64 * 256;
 /// -> 2987; softmax over rows of 20000 1074 -> 2325. The driver gives the kernels 64 registers
 /// a thread (1024 threads: all a multiprocessor has).
 pub const FAST_ONE_PASS_ROW_MAX: u64 = 32 * 1024;
-/// The fast tier's one-pass kernels take every row from one element (up to
-/// [`ONE_PASS_ROW_MAX`]): with as few threads a row as hold it ([`RowOp::one_pass_kernel`])
-/// they ran faster than the tree kernels (the strict tier's, with its strict steps, which the
-/// fast tier ran for short rows before) at every length measured on the H100, GB/s: SOFTMAX
-/// over rows of 4 1074 against 499, 16 2450 / 456, 128 3048 / 404; LAYERNORM over rows of 768
-/// 3121 against 1365.
-pub const FAST_ONE_PASS_ROW_MIN: u64 = 1;
 
 /// Most merged batch axes the matmul push constants carry.
 const MATMUL_BATCH_AXES: usize = 6;
@@ -1075,12 +1072,14 @@ impl RowOp {
     /// 1074 on 4 threads; rows of 512 at 2123 on 256 threads with 4 elements (2 of them in the
     /// row), 3031 on 64 with 8; rows of 1024 at 2913 on 256 with 4, 2945 on 64 with 16.
     ///
-    /// The strict tier's (<op>_strict_<T>x<PER>.comp) keep 4 to 16 elements a thread on 64
-    /// threads a row up to rows of 1024 (4 rows a workgroup), 16 on 128 up to 2048 and on 256
-    /// up to 4096, 32 and 64 beyond: the tree's per-row work (its barriers, the strict division
-    /// and square root) is then spread over more elements (H200, strict LAYERNORM over rows of
-    /// 1024: 293 GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16). Fewer
-    /// than 64 threads would hold more than 4 of the tree's 256 lanes each. The strict tier's
+    /// The strict tier's (<op>_strict_<T>x<PER>.comp) give rows of up to 256 elements the
+    /// fewest threads, 1 to 64, that hold the row 4 elements a thread, as the fast tier's do
+    /// (with fewer than 64 threads, a thread's other lanes of the tree's 256 hold only their
+    /// starting value: strictrow.glsl); they keep 8 or 16 elements a thread on 64 threads a row
+    /// up to rows of 1024 (4 rows a workgroup), 16 on 128 up to 2048 and on 256 up to 4096, 32
+    /// and 64 beyond: the tree's per-row work (its barriers, the strict division and square
+    /// root) is then spread over more elements (H200, strict LAYERNORM over rows of 1024: 293
+    /// GB/s on 256 threads a row with 4 elements each, 669 on 64 with 16). The strict tier's
     /// lanes cannot spread a row of 16384 over more than 256 threads: thread t folds lane t's
     /// elements in order. On the H100, 8192 rows of 16384 went from the tree kernel's 897 GB/s
     /// (strict SOFTMAX), 1241 (LAYERNORM) and 1526 (RMSNORM) to 1399, 2042 and 2562, and in the
@@ -1108,6 +1107,12 @@ impl RowOp {
                         concat!($op, "_fast_1024x32"),
                     ],
                     [
+                        concat!($op, "_strict_1x4"),
+                        concat!($op, "_strict_2x4"),
+                        concat!($op, "_strict_4x4"),
+                        concat!($op, "_strict_8x4"),
+                        concat!($op, "_strict_16x4"),
+                        concat!($op, "_strict_32x4"),
                         concat!($op, "_strict_64x4"),
                         concat!($op, "_strict_64x8"),
                         concat!($op, "_strict_64x16"),
@@ -1119,18 +1124,14 @@ impl RowOp {
                 )
             };
         }
-        let (fast, strict): ([&'static str; 14], [&'static str; 7]) = match self {
+        let (fast, strict): ([&'static str; 14], [&'static str; 13]) = match self {
             RowOp::Softmax => kernels!("softmax"),
             RowOp::Layernorm => kernels!("layernorm"),
             RowOp::Rmsnorm => kernels!("rmsnorm"),
         };
         match tier {
             Tier::Fast => (fast[class], [256, 128, 64, 32, 16, 8, 4, 4, 4, 1, 1, 1, 1, 1][class]),
-            // Rows of up to 256 elements share the first.
-            Tier::Strict => {
-                let c = class.saturating_sub(6);
-                (strict[c], [4, 4, 4, 2, 1, 1, 1][c])
-            }
+            Tier::Strict => (strict[class], [256, 128, 64, 32, 16, 8, 4, 4, 4, 2, 1, 1, 1][class]),
         }
     }
 }
@@ -1149,10 +1150,9 @@ fn one_pass_row(rec: &Recorder, tuning: &Tuning, tier: Tier, n: u64) -> bool {
                 && info.max_compute_workgroup_size[0] >= 1024
                 && info.subgroup_size.is_some_and(|s| s >= 4) =>
         {
-            (FAST_ONE_PASS_ROW_MIN, FAST_ONE_PASS_ROW_MAX)
+            (ONE_PASS_ROW_MIN, FAST_ONE_PASS_ROW_MAX)
         }
-        Tier::Fast => (FAST_ONE_PASS_ROW_MIN, ONE_PASS_ROW_MAX),
-        Tier::Strict => (ONE_PASS_ROW_MIN, ONE_PASS_ROW_MAX),
+        Tier::Fast | Tier::Strict => (ONE_PASS_ROW_MIN, ONE_PASS_ROW_MAX),
     };
     tuning.threads_per_row.or_else(row_threads_env).is_none()
         && (min..=max).contains(&n)
@@ -1192,8 +1192,8 @@ fn dispatch_row_op(
     dispatch_rows(rec, tuning, &k.get(op.tree_kernel(n))?, bindings, push, rows, tbits)
 }
 
-/// [`softmax`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] (fast tier:
-/// [`FAST_ONE_PASS_ROW_MIN`]) to [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel (the row read once into registers): shaders/softmax_strict_*.comp
+/// [`softmax`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to
+/// [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel (the row read once into registers): shaders/softmax_strict_*.comp
 /// (the tree kernel's bits) or softmax_fast_*.comp (the device's exp, a fixed order of its own:
 /// the same bits run to run on one device); other rows take the tree kernel.
 #[allow(clippy::too_many_arguments)]
@@ -1285,8 +1285,8 @@ pub fn layernorm(
     layernorm_in(k, rec, Tier::Strict, dst, x, rows, n, gamma, beta, eps, &Tuning::default())
 }
 
-/// [`layernorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] (fast tier:
-/// [`FAST_ONE_PASS_ROW_MIN`]) to [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/layernorm_strict_*.comp (the tree
+/// [`layernorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to
+/// [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/layernorm_strict_*.comp (the tree
 /// kernel's bits) or layernorm_fast_*.comp (the device's inversesqrt, a fixed order of its own);
 /// other rows take the tree kernel.
 #[allow(clippy::too_many_arguments)]
@@ -1338,8 +1338,8 @@ pub fn rmsnorm_with(
     rmsnorm_in(k, rec, Tier::Strict, dst, x, rows, n, gamma, eps, tuning)
 }
 
-/// [`rmsnorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] (fast tier:
-/// [`FAST_ONE_PASS_ROW_MIN`]) to [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/rmsnorm_strict_*.comp (the tree
+/// [`rmsnorm`] in `tier` with a [`Tuning`]: rows of [`ONE_PASS_ROW_MIN`] to
+/// [`ONE_PASS_ROW_MAX`] elements take a one-pass kernel: shaders/rmsnorm_strict_*.comp (the tree
 /// kernel's bits) or rmsnorm_fast_*.comp (the device's inversesqrt, a fixed order of its own);
 /// other rows take the tree kernel.
 #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,9 @@
+#version 450
+// RMSNORM in the strict tier for rows of up to 16 elements (4 threads a row, 4 elements a
+// thread, 64 rows a workgroup): see shaders/include/rmsnorm_strict.glsl.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#define STRICT_T 4
+#define STRICT_PER 4
+#include "rmsnorm_strict.glsl"
