@@ -299,7 +299,7 @@ proptest! {
 
     #[test]
     fn reductions_match_reference_bits(
-        shape in prop::collection::vec(prop::sample::select(vec![0usize, 1, 2, 3, 5, 17, 256, 300]), 1..5),
+        shape in prop::collection::vec(prop::sample::select(vec![0usize, 1, 2, 3, 5, 16, 17, 256, 300]), 1..5),
         axis_pick in any::<usize>(),
         seed in any::<u32>(),
         spice in prop::sample::select(vec![0u32, 2, 30]),
@@ -1152,6 +1152,34 @@ fn strict_layernorm_flushes_partial_sums() {
     }
 }
 
+/// Rows of -0 in the strict tier: each lane's first add (+0 + -0) gives +0, so the layernorm's
+/// mean is +0 and every output -0 * rsqrt = -0; a kernel whose compiler folded that add of the
+/// constant +0 away would get a mean of -0 and outputs +0. Every one-pass shape, whole rows
+/// (where no lane is left at its start value) and ragged ones.
+#[test]
+fn strict_rows_of_negative_zero() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let max = rows::ONE_PASS_ROW_MAX as usize;
+    for n in [1usize, 3, 4, 8, 16, 32, 64, 100, 128, 256, 512, 1024, 2048, 4096, 8192, max] {
+        let nrows = 3;
+        let x = vec![-0.0f32; nrows * n];
+        let mut want_ln = vec![0.0f32; nrows * n];
+        reference::layernorm(&x, n, None, None, 1e-5, &mut want_ln);
+        assert!(want_ln.iter().all(|v| v.to_bits() == 0x8000_0000), "the reference's outputs are -0");
+        let mut want_rms = vec![0.0f32; nrows * n];
+        reference::rmsnorm(&x, n, None, 1e-5, &mut want_rms);
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let sx = upload(ex, &mut rec, &x);
+        let [d0, d1] = [0; 2].map(|_| ex.alloc((nrows * n) as u64 * 4).unwrap());
+        let t = Tuning::default();
+        rows::layernorm_in(k, &mut rec, Tier::Strict, &d0, &sx, nrows, n, None, None, 1e-5, &t).unwrap();
+        rows::rmsnorm_with(k, &mut rec, &d1, &sx, nrows, n, None, 1e-5, &t).unwrap();
+        check(same_bits(&format!("strict layernorm of -0 rows of {n}"), &want_ln, &fetch(ex, &mut rec, &d0)));
+        check(same_bits(&format!("strict rmsnorm of -0 rows of {n}"), &want_rms, &fetch(ex, &mut rec, &d1)));
+    }
+}
+
 /// The fast tier's one-pass SOFTMAX, LAYERNORM and RMSNORM (rows of ONE_PASS_ROW_MIN to
 /// FAST_ONE_PASS_ROW_MAX): within a small relative error of float64, with and without a broadcast
 /// mask, gamma and beta (the kernels' two output paths), and the same bits on a second run.
@@ -1407,6 +1435,56 @@ fn cut_reductions_keep_strict_bits() {
         &want,
         &reduce_in_tier(ex, Tier::Strict, Reduce::Sum, &x, &[n], 0),
     ));
+}
+
+/// Axes of up to 16 elements (a thread an output, `reduce_1`: the tree's levels past the
+/// elements' lanes skipped) give the reference's bits in both layouts, for sums, means and
+/// maxes: rows of -0 (whose sum is +0), of denormals (flushed), with NaN and infinities, an
+/// axis of one and an empty axis (mean NaN).
+#[test]
+fn short_axes_keep_strict_bits() {
+    let Some(ex) = exec() else { return };
+    let d = f32::from_bits(0x0000_0400);
+    for (shape, axis) in [
+        (vec![1000usize, 16], 1usize),
+        (vec![517, 13], 1),
+        (vec![7, 16, 33], 1),
+        (vec![16, 300], 0),
+        (vec![300, 1], 1),
+        (vec![4, 0, 3], 1),
+        (vec![5, 600], 1),
+        (vec![600, 5], 0),
+    ] {
+        let total: usize = shape.iter().product();
+        let mut x = values(total as u64 + 7, total, 30);
+        let len = shape[axis];
+        let inner: usize = shape[axis + 1..].iter().product();
+        // Output 0's elements -0, output 1's denormals of both signs, output 2's a NaN, output
+        // 3's both infinities (where there are such outputs and elements).
+        let at = |o: usize, e: usize| (o / inner * len + e) * inner + o % inner;
+        let outs = if len == 0 { 0 } else { total / len };
+        for e in 0..len {
+            if outs > 3 {
+                x[at(0, e)] = -0.0;
+                x[at(1, e)] = if e % 2 == 0 { d } else { -d };
+                x[at(3, e)] = if e == 0 { f32::INFINITY } else { 1.0 };
+            }
+        }
+        if outs > 3 && len > 1 {
+            x[at(2, len - 1)] = f32::NAN;
+            x[at(3, len - 1)] = f32::NEG_INFINITY;
+        }
+        for op in [Reduce::Sum, Reduce::Mean, Reduce::Max] {
+            let n_out: usize =
+                shape.iter().enumerate().filter(|&(i, _)| i != axis).map(|(_, &v)| v).product();
+            let mut want = vec![0.0f32; n_out];
+            reference::reduce(op, &x, &shape, axis, &mut want);
+            for tier in [Tier::Strict, Tier::Fast] {
+                let got = reduce_in_tier(ex, tier, op, &x, &shape, axis);
+                check(same_bits(&format!("{tier:?} {op:?} of {shape:?} over axis {axis}"), &want, &got));
+            }
+        }
+    }
 }
 
 /// The fast tier's cut sums and means: the same bits every run, within the error bound of

@@ -1,5 +1,5 @@
-// reduce.glsl -- REDUCE_SUM / REDUCE_MEAN / REDUCE_MAX (shaders/reduce_{8,32,256}.comp, one per
-// REDUCE_T, the threads that share one output): exactly exec::cpu::reference::reduce, the
+// reduce.glsl -- REDUCE_SUM / REDUCE_MEAN / REDUCE_MAX (shaders/reduce_{1,8,32,256}.comp, one
+// per REDUCE_T, the threads that share one output): exactly exec::cpu::reference::reduce, the
 // 256-lane tree of numerics::reduce (docs/numerics.md), for every output of the pass.
 //
 // x is viewed as [outer, len, inner]; a pass may cut the reduced axis into nseg segments of
@@ -18,6 +18,14 @@
 // loads of the thread in flight), so every lane still sees its elements in order. The levels
 // 128 .. T pair lanes of the same thread (q with q + s/T) and run in registers; the last
 // log2(T) run across the output's threads in shared memory.
+//
+// Short segments (REDUCE_T = 1, segments of at most SHORT_SEG elements: ops::rows picks it only
+// for those): a thread an output, element e in lane e, the only element of its lane; lanes
+// SHORT_SEG .. 255 hold only the start value. Levels 128 .. SHORT_SEG pair a lane with such a
+// lane, and combine(combine(start, x), start) == combine(start, x) (a sum's first add has
+// flushed x and turned -0 into +0; max is idempotent), so those levels change no bit and the
+// thread folds its SHORT_SEG lanes alone: no shared memory, no barrier. (The first add is
+// written in integer operations: first_element.)
 //
 // Layout: where inner = 1 an output's elements are contiguous and its T threads are
 // neighbours (t = index % T); where inner > 1 neighbouring outputs are neighbouring words, so
@@ -79,10 +87,13 @@ uint combine(uint a, uint b) {
 #define REDUCE_FOR_Q4(X, u, q) X(u, q) X(u, q + 1) X(u, q + 2) X(u, q + 3)
 #define REDUCE_FOR_Q16(X, u, q) REDUCE_FOR_Q4(X, u, q) REDUCE_FOR_Q4(X, u, q + 4) REDUCE_FOR_Q4(X, u, q + 8) REDUCE_FOR_Q4(X, u, q + 12)
 #define REDUCE_FOR_Q(X, u) REDUCE_FOR_Q16(X, u, 0) REDUCE_FOR_Q16(X, u, 16)
+#elif REDUCE_T == 1
+#define REDUCE_U 1
 #else
-#error "REDUCE_T is 8, 32 or 256"
+#error "REDUCE_T is 1, 8, 32 or 256"
 #endif
-#if REDUCE_U == 1
+#if REDUCE_T == 1
+#elif REDUCE_U == 1
 #define REDUCE_FOR_UQ(X) REDUCE_FOR_Q(X, 0)
 #elif REDUCE_U == 2
 #define REDUCE_FOR_UQ(X) REDUCE_FOR_Q(X, 0) REDUCE_FOR_Q(X, 1)
@@ -100,6 +111,69 @@ const uint ITER = REDUCE_U * STEP; // elements an iteration of the main loop
 #define FOLD8(q, h) FOLD4(q, h) FOLD4((q) + 4, h)
 #define FOLD16(q, h) FOLD8(q, h) FOLD8((q) + 8, h)
 
+// Output r's result from its tree's bits: the float (canonical) or the max key's value, a
+// mean divided by nf.
+void store_output(uint r, uint bits) {
+    float out_v;
+    if (IS_MAX) {
+        out_v = strict_key_value(int(bits));
+    } else {
+        out_v = strict_canon(uintBitsToFloat(bits));
+        if ((p.flags & 2u) != 0u) {
+            out_v = strict_div(out_v, p.nf);
+        }
+    }
+    y[r] = out_v;
+}
+
+// Pass output r's place: `base` its first element, `n` its element count (0 past the outputs),
+// elements base + e * p.inner.
+void output_place(uint r, out uint base, out uint n) {
+    bool valid = r < p.outs;
+    uint i = valid ? r % p.inner : 0u;
+    uint os = valid ? r / p.inner : 0u;
+    uint s = os % p.nseg, o = os / p.nseg;
+    uint first = s * p.seg;
+    n = valid ? min(p.seg, p.len - first) : 0u;
+    base = (o * p.len + first) * p.inner + i;
+}
+
+#if REDUCE_T == 1
+const uint SHORT_SEG = 16u; // ops::rows reduce's REDUCE_SHORT_SEG
+
+// combine(start_value(), e) for an element e (element()'s bits), in integer operations: a
+// compiler may fold an add of the constant +0 away (lavapipe does, `precise` or not), which
+// would keep a -0 that the add turns into +0. Max: the key itself. Sum: e is flushed, so the
+// add changes only -0 (to +0); a NaN stays NaN, canonicalized at the end.
+uint first_element(uint e) {
+    if (IS_MAX) return e;
+    return (e & 0x7fffffffu) == 0u ? 0u : e;
+}
+
+void main() {
+    uint r = tree_group() * 256u + gl_LocalInvocationIndex;
+    if (r >= p.outs) {
+        return; // no barrier in this kernel
+    }
+    uint base, n;
+    output_place(r, base, n);
+    if (n == 0u) {
+        store_output(r, start_value());
+        return;
+    }
+    // Every load issued before any arithmetic (past the segment's end: its last element, unused).
+    uint last = n - 1u;
+    uint acc[SHORT_SEG];
+#define SHORT_LOAD(q) acc[q] = element(x[base + min(uint(q), last) * p.inner]);
+#define SHORT_LANE(q) acc[q] = uint(q) < n ? first_element(acc[q]) : start_value();
+#define SHORT_EACH4(X, q) X(q) X(q + 1) X(q + 2) X(q + 3)
+#define SHORT_EACH(X) SHORT_EACH4(X, 0) SHORT_EACH4(X, 4) SHORT_EACH4(X, 8) SHORT_EACH4(X, 12)
+    SHORT_EACH(SHORT_LOAD)
+    SHORT_EACH(SHORT_LANE)
+    FOLD8(0, 8) FOLD4(0, 4) FOLD2(0, 2) FOLD1(0, 1)
+    store_output(r, acc[0]);
+}
+#else
 void main() {
     uint group = tree_group();
     if (group * L >= p.outs) {
@@ -111,12 +185,8 @@ void main() {
     uint t = strided ? li / L : li % T;
     uint r = group * L + c;
     bool valid = r < p.outs;
-    uint i = valid ? r % p.inner : 0u;
-    uint os = valid ? r / p.inner : 0u;
-    uint s = os % p.nseg, o = os / p.nseg;
-    uint first = s * p.seg;
-    uint n = valid ? min(p.seg, p.len - first) : 0u;
-    uint base = (o * p.len + first) * p.inner + i; // element e at base + e * inner
+    uint base, n;
+    output_place(r, base, n); // element e at base + e * inner
     uint stride = p.inner;
     bool given = (p.flags & 4u) != 0u;
 
@@ -157,18 +227,9 @@ void main() {
         barrier();
     }
     if (valid && t == 0u) {
-        uint bits = reduce_sh[slot];
-        float out_v;
-        if (IS_MAX) {
-            out_v = strict_key_value(int(bits));
-        } else {
-            out_v = strict_canon(uintBitsToFloat(bits));
-            if ((p.flags & 2u) != 0u) {
-                out_v = strict_div(out_v, p.nf);
-            }
-        }
-        y[r] = out_v;
+        store_output(r, reduce_sh[slot]);
     }
 }
+#endif
 
 #endif // ADEADVM_REDUCE_GLSL

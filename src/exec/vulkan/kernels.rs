@@ -122,6 +122,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "rmsnorm_strict_256x16",
     "rmsnorm_strict_256x32",
     "rmsnorm_strict_256x64",
+    "reduce_1",
     "reduce_8",
     "reduce_32",
     "reduce_256",

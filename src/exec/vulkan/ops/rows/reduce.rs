@@ -1,5 +1,5 @@
-//! REDUCE_SUM / REDUCE_MEAN / REDUCE_MAX (`shaders/include/reduce.glsl`, compiled for 8, 32
-//! and 256 threads an output, and `shaders/reduce_lanes.comp`).
+//! REDUCE_SUM / REDUCE_MEAN / REDUCE_MAX (`shaders/include/reduce.glsl`, compiled for 1 (short
+//! axes), 8, 32 and 256 threads an output, and `shaders/reduce_lanes.comp`).
 //!
 //! Every output is the 256-lane tree of `numerics::reduce` over its elements, so the strict
 //! tier gets `reference::reduce`'s bits. A thread walks all its lanes a step at a time with
@@ -35,18 +35,28 @@ pub const REDUCE_MIN_SEGMENT: u64 = 2048;
 const BUSY_GROUPS: u64 = 1024;
 
 /// A compiled tree kernel (`reduce_{threads}`): `threads` an output, `unroll` steps of 256
-/// elements an iteration of its main loop (a thread's loads of those steps issued together).
+/// elements an iteration of its main loop (a thread's loads of those steps issued together),
+/// segments of at most `max_seg` elements.
 #[derive(Debug, PartialEq, Eq)]
 struct ReduceKernel {
     threads: u32,
     unroll: u64,
+    max_seg: u64,
     name: &'static str,
 }
 
-const KERNELS: [ReduceKernel; 3] = [
-    ReduceKernel { threads: 8, unroll: 1, name: "reduce_8" },
-    ReduceKernel { threads: 32, unroll: 2, name: "reduce_32" },
-    ReduceKernel { threads: 256, unroll: 16, name: "reduce_256" },
+/// The longest segment `reduce_1` takes (a thread an output holding each element in a lane of
+/// its own; reduce.glsl's SHORT_SEG), where 8 threads an output walked 32 lanes each. H100,
+/// GB/s, strict REDUCE_SUM over 2^22 rows of 4: 134 -> 1622 (PyTorch 699); 2^20 rows of 16:
+/// 444 -> 1688 (598); 16 rows of 2^20 over axis 0: 401 -> 2465 (1705); REDUCE_MAX over 2^20
+/// rows of 16: 378 -> 1741 (530).
+const REDUCE_SHORT_SEG: u64 = 16;
+
+const KERNELS: [ReduceKernel; 4] = [
+    ReduceKernel { threads: 1, unroll: 1, max_seg: REDUCE_SHORT_SEG, name: "reduce_1" },
+    ReduceKernel { threads: 8, unroll: 1, max_seg: u64::MAX, name: "reduce_8" },
+    ReduceKernel { threads: 32, unroll: 2, max_seg: u64::MAX, name: "reduce_32" },
+    ReduceKernel { threads: 256, unroll: 16, max_seg: u64::MAX, name: "reduce_256" },
 ];
 
 /// One pass: `outs` outputs, each reducing a segment (at most `seg` elements) of an axis of
@@ -73,7 +83,8 @@ fn loop_iterations(seg: u64, kernel: &ReduceKernel) -> u64 {
 }
 
 /// The kernel for `outs` outputs over segments of `seg`: the forced threads an output rounded
-/// up to a compiled count, else for contiguous rows 8 threads up to 64 elements (rows of 32 a
+/// up to a compiled count that takes the segment, else a thread an output for segments of up
+/// to [`REDUCE_SHORT_SEG`], then for contiguous rows 8 threads up to 64 elements (rows of 32 a
 /// workgroup), 32 up to 2048, then 256 (a lane a thread); for strided outputs 8 (32
 /// neighbouring outputs a workgroup) where there are enough outputs for a busy GPU, else 32
 /// (8 a workgroup: four times the workgroups, and still whole 32-byte sectors). More threads
@@ -82,14 +93,15 @@ fn pick(tuning: &Tuning, outs: u64, seg: u64, strided: bool) -> Result<&'static 
     let forced = tuning.threads_per_row.or_else(row_threads_env);
     let kernel = match forced {
         Some(t) if t.is_power_of_two() && t <= 256 => {
-            KERNELS.iter().find(|k| k.threads >= t).unwrap_or(&KERNELS[2])
+            KERNELS.iter().find(|k| k.threads >= t && seg <= k.max_seg).unwrap_or(&KERNELS[3])
         }
         Some(t) => return Err(invalid(format!("{t} threads per row; a power of two from 1 to 256"))),
-        None if strided && outs >= 32 * BUSY_GROUPS => &KERNELS[0],
-        None if strided => &KERNELS[1],
-        None if seg <= 64 => &KERNELS[0],
-        None if seg <= 2048 => &KERNELS[1],
-        None => &KERNELS[2],
+        None if seg <= REDUCE_SHORT_SEG => &KERNELS[0],
+        None if strided && outs >= 32 * BUSY_GROUPS => &KERNELS[1],
+        None if strided => &KERNELS[2],
+        None if seg <= 64 => &KERNELS[1],
+        None if seg <= 2048 => &KERNELS[2],
+        None => &KERNELS[3],
     };
     let fits = |k: &ReduceKernel| loop_iterations(seg, k) <= LOOP_BUDGET;
     if fits(kernel) {
@@ -193,8 +205,8 @@ pub fn reduce(
     reduce_with(k, rec, op, dst, x, shape, axis, &Tuning::default())
 }
 
-/// [`reduce`] with a [`Tuning`] (`threads_per_row`: threads an output, rounded up to 8, 32 or
-/// 256).
+/// [`reduce`] with a [`Tuning`] (`threads_per_row`: threads an output, rounded up to 1 (axes of
+/// up to 16), 8, 32 or 256).
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_with(
     k: &Kernels,
@@ -324,5 +336,11 @@ mod tests {
         let forced = Tuning { threads_per_row: Some(2), ..Tuning::default() };
         assert_eq!(pick(&forced, 4, 100, false).unwrap().threads, 8);
         assert!(pick(&forced, 4, 1 << 24, false).is_err());
+        // A thread an output only for short segments, forced or not.
+        let one = Tuning { threads_per_row: Some(1), ..Tuning::default() };
+        assert_eq!(pick(&one, 4, REDUCE_SHORT_SEG, true).unwrap().threads, 1);
+        assert_eq!(pick(&one, 4, REDUCE_SHORT_SEG + 1, true).unwrap().threads, 8);
+        assert_eq!(pick(&t, 1 << 20, REDUCE_SHORT_SEG, false).unwrap().threads, 1);
+        assert_eq!(pick(&t, 1 << 20, REDUCE_SHORT_SEG + 1, false).unwrap().threads, 8);
     }
 }
