@@ -1462,7 +1462,7 @@ fn short_axes_keep_strict_bits() {
         // Output 0's elements -0, output 1's denormals of both signs, output 2's a NaN, output
         // 3's both infinities (where there are such outputs and elements).
         let at = |o: usize, e: usize| (o / inner * len + e) * inner + o % inner;
-        let outs = if len == 0 { 0 } else { total / len };
+        let outs = total.checked_div(len).unwrap_or(0);
         for e in 0..len {
             if outs > 3 {
                 x[at(0, e)] = -0.0;
