@@ -1378,9 +1378,10 @@ fn reduce_in_tier(
 }
 
 /// Few outputs over a long axis: the max is cut into segments in both tiers, a strict sum or
-/// mean over long contiguous rows spreads each row's lanes over workgroups, and both give the
-/// reference's bits (max is exact; the lanes keep their chains); a strict sum over a strided
-/// axis runs in one pass.
+/// mean over long contiguous rows or a long strided axis of 32 outputs or more side by side
+/// spreads each output's lanes over workgroups, and both give the reference's bits (max is
+/// exact; the lanes keep their chains); a strict sum over another strided axis runs in one
+/// pass.
 #[test]
 fn cut_reductions_keep_strict_bits() {
     let Some(ex) = exec() else { return };
@@ -1390,6 +1391,9 @@ fn cut_reductions_keep_strict_bits() {
         (vec![9_001, 3], 0, false),
         (vec![2, 70_000], 1, true),
         (vec![66_001], 0, true),
+        (vec![9_000, 40], 0, true),
+        (vec![2, 8_300, 33], 1, true),
+        (vec![8_191, 40], 0, false),
     ] {
         let total: usize = shape.iter().product();
         let x = values(total as u64, total, 30);
@@ -1437,14 +1441,16 @@ fn cut_reductions_keep_strict_bits() {
     ));
 }
 
-/// Axes of up to 16 elements (a thread an output, `reduce_1`: the tree's levels past the
-/// elements' lanes skipped) give the reference's bits in both layouts, for sums, means and
-/// maxes: rows of -0 (whose sum is +0), of denormals (flushed), with NaN and infinities, an
-/// axis of one and an empty axis (mean NaN).
+/// Outputs whose elements are all -0 (the sum is +0), denormals of both signs (flushed), hold a
+/// NaN, or both infinities give the reference's bits for sums, means and maxes in both tiers on
+/// every reduction path: axes of up to 16 elements (a thread an output, `reduce_1`: the tree's
+/// levels past the elements' lanes skipped) in both layouts, an axis of one and an empty axis
+/// (mean NaN); the one-pass tree kernels; the lane sums of long rows (`reduce_lanes`) and of
+/// long strided axes (`reduce_lanes_strided`, a ragged group of 32 outputs).
 #[test]
-fn short_axes_keep_strict_bits() {
+fn special_outputs_keep_strict_bits_on_every_reduce_path() {
     let Some(ex) = exec() else { return };
-    let d = f32::from_bits(0x0000_0400);
+    let d = f32::from_bits(1 << 9);
     for (shape, axis) in [
         (vec![1000usize, 16], 1usize),
         (vec![517, 13], 1),
@@ -1454,19 +1460,24 @@ fn short_axes_keep_strict_bits() {
         (vec![4, 0, 3], 1),
         (vec![5, 600], 1),
         (vec![600, 5], 0),
+        (vec![5, 70_000], 1),
+        (vec![9_000, 40], 0),
+        (vec![2, 8_300, 33], 1),
     ] {
         let total: usize = shape.iter().product();
         let mut x = values(total as u64 + 7, total, 30);
         let len = shape[axis];
         let inner: usize = shape[axis + 1..].iter().product();
-        // Output 0's elements -0, output 1's denormals of both signs, output 2's a NaN, output
-        // 3's both infinities (where there are such outputs and elements).
+        // Output 0's elements -0; output 1's FLT_MIN in its first 256 (a step of every lane),
+        // then -2^-140 (flushed first, so each lane keeps FLT_MIN: unflushed, a lane's sum falls
+        // below FLT_MIN and flushes to 0); output 2's a NaN; output 3's both infinities (where
+        // there are such outputs and elements).
         let at = |o: usize, e: usize| (o / inner * len + e) * inner + o % inner;
         let outs = total.checked_div(len).unwrap_or(0);
         for e in 0..len {
             if outs > 3 {
                 x[at(0, e)] = -0.0;
-                x[at(1, e)] = if e % 2 == 0 { d } else { -d };
+                x[at(1, e)] = if e < 256 { f32::MIN_POSITIVE } else { -d };
                 x[at(3, e)] = if e == 0 { f32::INFINITY } else { 1.0 };
             }
         }

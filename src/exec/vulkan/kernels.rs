@@ -127,6 +127,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "reduce_32",
     "reduce_256",
     "reduce_lanes",
+    "reduce_lanes_strided",
     "coopmat2_f16",
     "coopmat2_bf16",
     "gemm_strict_128x128x32_8x4",

@@ -12,10 +12,11 @@
 //!   segments, each reduced by its own threads, and a second pass reduces the partial
 //!   results. Max is exact, so every grouping gives the tree's result; the fast tier's sums
 //!   are its own fixed grouping (the same bits run to run, not the CPU's).
-//! - strict sums and means over contiguous rows: a lane is a chain of adds in element order,
-//!   which may not be regrouped, but the 256 lanes of a row are independent: `reduce_lanes`
-//!   computes them, 8 lanes a workgroup, and the tree kernel folds them (flag 4: the elements
-//!   are lane sums). Strided strict sums with few outputs stay one pass.
+//! - strict sums and means over long axes: a lane is a chain of adds in element order, which
+//!   may not be regrouped, but the 256 lanes of an output are independent: `reduce_lanes`
+//!   computes them for contiguous rows (8 lanes a workgroup), `reduce_lanes_strided` for
+//!   strided axes of at least [`STRIDED_LANES_MIN_INNER`] outputs (32 outputs by 8 lanes a
+//!   workgroup), and the tree kernel folds them (flag 4: the elements are lane sums).
 
 use crate::exec::cpu::reference::Reduce;
 use crate::exec::vulkan::{Binding, Kernels, Recorder, Slice, VulkanError};
@@ -127,14 +128,31 @@ enum Plan {
     One(Pass),
     /// The axis cut into segments (`Pass::nseg` of them), then the partial results reduced.
     Cut(Pass),
-    /// Strict sums over `rows` contiguous rows of `len`: `reduce_lanes` computes every row's
-    /// 256 lane sums, then the tree kernels fold them.
-    Lanes { rows: u64, len: u64 },
+    /// Strict sums over an axis of `len` of `[outer, len, inner]`: `reduce_lanes` (inner 1) or
+    /// `reduce_lanes_strided` computes every output's 256 lane sums, then the tree kernels fold
+    /// them.
+    Lanes { outer: u64, len: u64, inner: u64 },
 }
 
 /// Rows at least this long, too few to keep the GPU busy with a workgroup each, spread each
 /// row's lanes over workgroups in the strict tier's sums (`reduce_lanes`): 256 steps a lane.
 const LANES_MIN_ROW: u64 = 256 * 256;
+
+/// Strided axes at least this long, with at least [`STRIDED_LANES_MIN_INNER`] outputs side by
+/// side, too few to keep the GPU busy, spread each output's lanes over workgroups in the strict
+/// tier's sums (`reduce_lanes_strided`): 32 steps a lane, one iteration of its loop.
+const STRIDED_LANES_MIN_LEN: u64 = 256 * 32;
+
+/// `reduce_lanes_strided`'s outputs a workgroup, side by side: a warp's loads are whole
+/// 128-byte lines. Fewer neighbouring outputs would leave threads idle.
+const STRIDED_LANES_MIN_INNER: u64 = 32;
+
+/// Strided strict sums spread their lanes only where one pass would have fewer workgroups
+/// than this (about one a multiprocessor). H100, strict REDUCE_SUM over axis 0, GB/s, one pass
+/// against the lanes: 65536×64 228 -> 1040 (PyTorch 376), 32768×256 489 -> 2048 (639),
+/// 16384×768 1137 -> 1666 (944), 1M×32 66 -> 826 (1194); but 8192×2048 (256 workgroups one
+/// pass) 2064 against 1618.
+const STRIDED_LANES_MAX_GROUPS: u64 = 128;
 
 /// How `op` over `shape`'s `axis` runs in `tier`. Checks the shape.
 fn plan(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> Result<Plan, VulkanError> {
@@ -161,8 +179,12 @@ fn plan(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> Result<Plan, Vu
     }
     let may_cut = matches!(op, Reduce::Max) || tier == Tier::Fast;
     if !may_cut {
-        if inner == 1 && len >= LANES_MIN_ROW {
-            return Ok(Plan::Lanes { rows: outer, len });
+        if (inner == 1 && len >= LANES_MIN_ROW)
+            || (inner >= STRIDED_LANES_MIN_INNER
+                && len >= STRIDED_LANES_MIN_LEN
+                && groups < STRIDED_LANES_MAX_GROUPS)
+        {
+            return Ok(Plan::Lanes { outer, len, inner });
         }
         return Ok(Plan::One(whole));
     }
@@ -184,7 +206,7 @@ fn plan(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> Result<Plan, Vu
 pub fn reduce_partials(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> u64 {
     match plan(tier, op, shape, axis) {
         Ok(Plan::Cut(first)) => first.outs() * 4,
-        Ok(Plan::Lanes { rows, .. }) => rows * 256 * 4,
+        Ok(Plan::Lanes { outer, inner, .. }) => outer * inner * 256 * 4,
         _ => 0,
     }
 }
@@ -242,7 +264,7 @@ pub fn reduce_in(
     let total = elements("reduce", shape)?;
     let whole = match plan {
         Plan::One(p) | Plan::Cut(p) => Pass { nseg: 1, seg: p.len, ..p },
-        Plan::Lanes { rows, len } => Pass { outer: rows, len, inner: 1, nseg: 1, seg: len },
+        Plan::Lanes { outer, len, inner } => Pass { outer, len, inner, nseg: 1, seg: len },
     };
     let outs = whole.outs();
     check_len("reduce x", x, total)?;
@@ -279,13 +301,23 @@ pub fn reduce_in(
                 Pass { outer: first.outer, len: first.nseg, inner: first.inner, nseg: 1, seg: first.nseg };
             launch(rec, second, dst, scratch, mean)
         }
-        (Plan::Lanes { rows, len }, Some(scratch)) => {
-            check_len("reduce lane sums", scratch, rows * 256)?;
-            let groups = grid(rec, tuning, rows * 256 / LANES_PER_GROUP)?;
-            let pipeline = k.specialized("reduce_lanes", &spec[..1])?;
+        (Plan::Lanes { outer, len, inner }, Some(scratch)) => {
+            let outs = outer * inner;
+            check_len("reduce lane sums", scratch, outs * 256)?;
             let bindings = [Binding::write(scratch), Binding::read(x)];
-            rec.dispatch(&pipeline, &bindings, &[w(rows), w(len)], groups)?;
-            let second = Pass { outer: rows, len: 256, inner: 1, nseg: 1, seg: 256 };
+            if inner == 1 {
+                let groups = grid(rec, tuning, outer * 256 / LANES_PER_GROUP)?;
+                let pipeline = k.specialized("reduce_lanes", &spec[..1])?;
+                rec.dispatch(&pipeline, &bindings, &[w(outer), w(len)], groups)?;
+            } else {
+                // 256 / 8 workgroups a group of STRIDED_LANES_MIN_INNER columns.
+                let col_groups = inner.div_ceil(STRIDED_LANES_MIN_INNER);
+                let groups = grid(rec, tuning, outer * col_groups * 32)?;
+                let pipeline = k.specialized("reduce_lanes_strided", &spec[..1])?;
+                let push = [w(outer), w(len), w(inner), w(col_groups)];
+                rec.dispatch(&pipeline, &bindings, &push, groups)?;
+            }
+            let second = Pass { outer: outs, len: 256, inner: 1, nseg: 1, seg: 256 };
             launch(rec, second, dst, scratch, mean | 4)
         }
         _ => launch(rec, whole, dst, x, mean),
@@ -322,10 +354,20 @@ mod tests {
         // A strict sum over few long contiguous rows spreads their lanes instead.
         assert_eq!(
             plan(Tier::Strict, Reduce::Mean, &[3, 1 << 16], 1).unwrap(),
-            Plan::Lanes { rows: 3, len: 1 << 16 }
+            Plan::Lanes { outer: 3, len: 1 << 16, inner: 1 }
         );
         assert_eq!(reduce_partials(Tier::Strict, Reduce::Sum, &[3, 1 << 16], 1), 3 * 256 * 4);
         assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[3, (1 << 16) - 1], 1).unwrap(), Plan::One(_)));
+        // And over a long strided axis with enough outputs side by side.
+        assert_eq!(
+            plan(Tier::Strict, Reduce::Sum, &[2, 8192, 40], 1).unwrap(),
+            Plan::Lanes { outer: 2, len: 8192, inner: 40 }
+        );
+        assert_eq!(reduce_partials(Tier::Strict, Reduce::Sum, &[2, 8192, 40], 1), 80 * 256 * 4);
+        assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[8191, 40], 0).unwrap(), Plan::One(_)));
+        assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[16384, 768], 0).unwrap(), Plan::Lanes { .. }));
+        assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[8192, 2048], 0).unwrap(), Plan::One(_)));
+        assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[1 << 16, 31], 0).unwrap(), Plan::One(_)));
     }
 
     #[test]
