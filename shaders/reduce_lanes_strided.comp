@@ -6,11 +6,13 @@
 // regroup) into [outputs, 256]; the second pass (reduce.glsl with its flag 4) folds them with
 // the tree's levels and divides for a mean.
 //
-// A thread walks one lane of one output; a workgroup holds COLS = 32 neighbouring outputs
-// (columns) by LANES = 8 lanes, so a warp's loads of a step are one row's 32 neighbouring words
-// (whole 128-byte lines), and 32 workgroups take a column group's 256 lanes. Where one pass
-// gave an output 32 threads of 8 lanes (reduce_32, 8 outputs a workgroup), 64 outputs filled 8
-// workgroups; here they fill 64, each thread with U loads in flight.
+// A thread walks one lane of one output; a workgroup holds COLS neighbouring outputs (columns;
+// 32, or 8 or 16 where there are fewer: a specialization constant) by LANES = 256 / COLS lanes,
+// so a warp's loads of a step are whole 32-byte sectors of neighbouring words (with 32
+// columns, one row's 128-byte line), and 256 / LANES workgroups take a column group's 256
+// lanes. Where one pass gave an output 32 threads of 8 lanes (reduce_32, 8 outputs a
+// workgroup), 64 outputs filled 8 workgroups; here they fill 64, each thread with U loads in
+// flight.
 //
 // Arithmetic as reduce.glsl's sums: elements flushed, a `precise` add whose result is flushed
 // (by the hardware where HW_FTZ is set), NaN canonicalized by the second pass. The lane's first
@@ -21,6 +23,7 @@
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool HW_FTZ = false;
+layout(constant_id = 1) const uint COLS = 32u; // outputs a workgroup: 8, 16 or 32
 layout(set = 0, binding = 0) writeonly buffer Y { float y[]; }; // [outer * inner, 256] lane sums
 layout(set = 0, binding = 1) readonly buffer X { float x[]; };  // [outer, len, inner]
 layout(push_constant) uniform P {
@@ -30,7 +33,6 @@ layout(push_constant) uniform P {
     uint col_groups; // ceil(inner / COLS)
 } p;
 
-const uint COLS = 32u;             // outputs a workgroup (ops::rows reduce STRIDED_LANE_COLS)
 const uint LANES = 256u / COLS;    // lanes a workgroup
 const uint GROUPS = 256u / LANES;  // workgroups a column group
 const uint U = 32u;                // steps an iteration, their loads issued together

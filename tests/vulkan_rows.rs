@@ -1378,17 +1378,18 @@ fn reduce_in_tier(
 }
 
 /// Few outputs over a long axis: the max is cut into segments in both tiers, a strict sum or
-/// mean over long contiguous rows or a long strided axis of 32 outputs or more side by side
-/// spreads each output's lanes over workgroups, and both give the reference's bits (max is
-/// exact; the lanes keep their chains); a strict sum over another strided axis runs in one
+/// mean over long contiguous rows or a long strided axis spreads each output's lanes over
+/// workgroups (8, 16 or 32 outputs side by side), and both give the reference's bits (max is
+/// exact; the lanes keep their chains); a strict sum over a shorter strided axis runs in one
 /// pass.
 #[test]
 fn cut_reductions_keep_strict_bits() {
     let Some(ex) = exec() else { return };
     for (shape, axis, lanes) in [
         (vec![20_000usize], 0usize, false),
-        (vec![3, 9_000, 5], 1, false),
-        (vec![9_001, 3], 0, false),
+        (vec![3, 9_000, 5], 1, true),
+        (vec![9_001, 3], 0, true),
+        (vec![8_000, 3], 0, false),
         (vec![2, 70_000], 1, true),
         (vec![66_001], 0, true),
         (vec![9_000, 40], 0, true),
@@ -1446,7 +1447,7 @@ fn cut_reductions_keep_strict_bits() {
 /// every reduction path: axes of up to 16 elements (a thread an output, `reduce_1`: the tree's
 /// levels past the elements' lanes skipped) in both layouts, an axis of one and an empty axis
 /// (mean NaN); the one-pass tree kernels; the lane sums of long rows (`reduce_lanes`) and of
-/// long strided axes (`reduce_lanes_strided`, a ragged group of 32 outputs).
+/// long strided axes (`reduce_lanes_strided`: ragged groups of 8, 16 and 32 outputs).
 #[test]
 fn special_outputs_keep_strict_bits_on_every_reduce_path() {
     let Some(ex) = exec() else { return };
@@ -1463,6 +1464,8 @@ fn special_outputs_keep_strict_bits_on_every_reduce_path() {
         (vec![5, 70_000], 1),
         (vec![9_000, 40], 0),
         (vec![2, 8_300, 33], 1),
+        (vec![9_000, 5], 0),
+        (vec![2, 8_300, 12], 1),
     ] {
         let total: usize = shape.iter().product();
         let mut x = values(total as u64 + 7, total, 30);

@@ -15,8 +15,8 @@
 //! - strict sums and means over long axes: a lane is a chain of adds in element order, which
 //!   may not be regrouped, but the 256 lanes of an output are independent: `reduce_lanes`
 //!   computes them for contiguous rows (8 lanes a workgroup), `reduce_lanes_strided` for
-//!   strided axes of at least [`STRIDED_LANES_MIN_INNER`] outputs (32 outputs by 8 lanes a
-//!   workgroup), and the tree kernel folds them (flag 4: the elements are lane sums).
+//!   strided axes (8, 16 or 32 neighbouring outputs a workgroup, by 256 / that many lanes),
+//!   and the tree kernel folds them (flag 4: the elements are lane sums).
 
 use crate::exec::cpu::reference::Reduce;
 use crate::exec::vulkan::{Binding, Kernels, Recorder, Slice, VulkanError};
@@ -138,14 +138,19 @@ enum Plan {
 /// row's lanes over workgroups in the strict tier's sums (`reduce_lanes`): 256 steps a lane.
 const LANES_MIN_ROW: u64 = 256 * 256;
 
-/// Strided axes at least this long, with at least [`STRIDED_LANES_MIN_INNER`] outputs side by
-/// side, too few to keep the GPU busy, spread each output's lanes over workgroups in the strict
-/// tier's sums (`reduce_lanes_strided`): 32 steps a lane, one iteration of its loop.
+/// Strided axes at least this long, with too few outputs to keep the GPU busy, spread each
+/// output's lanes over workgroups in the strict tier's sums (`reduce_lanes_strided`): 32 steps
+/// a lane, one iteration of its loop.
 const STRIDED_LANES_MIN_LEN: u64 = 256 * 32;
 
-/// `reduce_lanes_strided`'s outputs a workgroup, side by side: a warp's loads are whole
-/// 128-byte lines. Fewer neighbouring outputs would leave threads idle.
-const STRIDED_LANES_MIN_INNER: u64 = 32;
+/// `reduce_lanes_strided`'s neighbouring outputs a workgroup for `inner` outputs side by side
+/// (its specialization constant COLS): 32 (a warp's loads of a step one row's 128-byte line),
+/// or 8 or 16 where there are fewer (whole 32-byte sectors; columns past `inner` idle). H100,
+/// strict REDUCE_SUM over axis 0, GB/s, one pass against the lanes: 2^20×16 35 -> 419, 2^21×8
+/// 17 -> 222, 2^22×4 9 -> 117 (PyTorch about 1200: 16 outputs have only 4096 lane chains).
+fn strided_lane_cols(inner: u64) -> u64 {
+    inner.next_power_of_two().clamp(8, 32)
+}
 
 /// Strided strict sums spread their lanes only where one pass would have fewer workgroups
 /// than this (about one a multiprocessor). H100, strict REDUCE_SUM over axis 0, GB/s, one pass
@@ -180,9 +185,7 @@ fn plan(tier: Tier, op: Reduce, shape: &[usize], axis: usize) -> Result<Plan, Vu
     let may_cut = matches!(op, Reduce::Max) || tier == Tier::Fast;
     if !may_cut {
         if (inner == 1 && len >= LANES_MIN_ROW)
-            || (inner >= STRIDED_LANES_MIN_INNER
-                && len >= STRIDED_LANES_MIN_LEN
-                && groups < STRIDED_LANES_MAX_GROUPS)
+            || (inner > 1 && len >= STRIDED_LANES_MIN_LEN && groups < STRIDED_LANES_MAX_GROUPS)
         {
             return Ok(Plan::Lanes { outer, len, inner });
         }
@@ -310,10 +313,12 @@ pub fn reduce_in(
                 let pipeline = k.specialized("reduce_lanes", &spec[..1])?;
                 rec.dispatch(&pipeline, &bindings, &[w(outer), w(len)], groups)?;
             } else {
-                // 256 / 8 workgroups a group of STRIDED_LANES_MIN_INNER columns.
-                let col_groups = inner.div_ceil(STRIDED_LANES_MIN_INNER);
-                let groups = grid(rec, tuning, outer * col_groups * 32)?;
-                let pipeline = k.specialized("reduce_lanes_strided", &spec[..1])?;
+                // A group of `cols` columns takes 256 lanes / (256 / cols) a workgroup = cols
+                // workgroups.
+                let cols = strided_lane_cols(inner);
+                let col_groups = inner.div_ceil(cols);
+                let groups = grid(rec, tuning, outer * col_groups * cols)?;
+                let pipeline = k.specialized("reduce_lanes_strided", &[spec[0], cols as u32])?;
                 let push = [w(outer), w(len), w(inner), w(col_groups)];
                 rec.dispatch(&pipeline, &bindings, &push, groups)?;
             }
@@ -350,7 +355,8 @@ mod tests {
         assert!(p.seg >= REDUCE_MIN_SEGMENT && p.seg % 256 == 0, "{p:?}");
         assert!(p.nseg * p.seg >= p.len && (p.nseg - 1) * p.seg < p.len, "no empty segment: {p:?}");
         assert_eq!(reduce_partials(Tier::Fast, Reduce::Sum, &[3, 100_000, 5], 1), p.outs() * 4);
-        assert_eq!(reduce_partials(Tier::Strict, Reduce::Sum, &[3, 100_000, 5], 1), 0);
+        // A strict sum spreads the lanes of such an axis instead.
+        assert_eq!(reduce_partials(Tier::Strict, Reduce::Sum, &[3, 100_000, 5], 1), 15 * 256 * 4);
         // A strict sum over few long contiguous rows spreads their lanes instead.
         assert_eq!(
             plan(Tier::Strict, Reduce::Mean, &[3, 1 << 16], 1).unwrap(),
@@ -367,7 +373,8 @@ mod tests {
         assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[8191, 40], 0).unwrap(), Plan::One(_)));
         assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[16384, 768], 0).unwrap(), Plan::Lanes { .. }));
         assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[8192, 2048], 0).unwrap(), Plan::One(_)));
-        assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[1 << 16, 31], 0).unwrap(), Plan::One(_)));
+        assert!(matches!(plan(Tier::Strict, Reduce::Sum, &[1 << 16, 3], 0).unwrap(), Plan::Lanes { .. }));
+        assert_eq!([1, 3, 8, 9, 16, 17, 32, 100].map(strided_lane_cols), [8, 8, 8, 16, 16, 32, 32, 32]);
     }
 
     #[test]
