@@ -299,7 +299,7 @@ proptest! {
 
     #[test]
     fn reductions_match_reference_bits(
-        shape in prop::collection::vec(prop::sample::select(vec![0usize, 1, 2, 3, 5, 16, 17, 256, 300]), 1..5),
+        shape in prop::collection::vec(prop::sample::select(vec![0usize, 1, 2, 3, 5, 16, 17, 32, 33, 256, 300]), 1..5),
         axis_pick in any::<usize>(),
         seed in any::<u32>(),
         spice in prop::sample::select(vec![0u32, 2, 30]),
@@ -1444,7 +1444,7 @@ fn cut_reductions_keep_strict_bits() {
 
 /// Outputs whose elements are all -0 (the sum is +0), denormals of both signs (flushed), hold a
 /// NaN, or both infinities give the reference's bits for sums, means and maxes in both tiers on
-/// every reduction path: axes of up to 16 elements (a thread an output, `reduce_1`: the tree's
+/// every reduction path: axes of up to 32 elements (a thread an output, `reduce_1`: the tree's
 /// levels past the elements' lanes skipped) in both layouts, an axis of one and an empty axis
 /// (mean NaN); the one-pass tree kernels; the lane sums of long rows (`reduce_lanes`) and of
 /// long strided axes (`reduce_lanes_strided`: ragged groups of 8, 16 and 32 outputs).
@@ -1455,6 +1455,8 @@ fn special_outputs_keep_strict_bits_on_every_reduce_path() {
     for (shape, axis) in [
         (vec![1000usize, 16], 1usize),
         (vec![517, 13], 1),
+        (vec![300, 32], 1),
+        (vec![3, 27, 7], 1),
         (vec![7, 16, 33], 1),
         (vec![16, 300], 0),
         (vec![300, 1], 1),

@@ -19,8 +19,8 @@
 // 128 .. T pair lanes of the same thread (q with q + s/T) and run in registers; the last
 // log2(T) run across the output's threads in shared memory.
 //
-// Short segments (REDUCE_T = 1, segments of at most SHORT_SEG elements: ops::rows picks it only
-// for those): a thread an output, element e in lane e, the only element of its lane; lanes
+// Short segments (REDUCE_T = 1, segments of at most SHORT_SEG elements, 16 or 32: ops::rows
+// picks it only for those): a thread an output, element e in lane e, the only element of its lane; lanes
 // SHORT_SEG .. 255 hold only the start value. Levels 128 .. SHORT_SEG pair a lane with such a
 // lane, and combine(combine(start, x), start) == combine(start, x) (a sum's first add has
 // flushed x and turned -0 into +0; max is idempotent), so those levels change no bit and the
@@ -139,7 +139,8 @@ void output_place(uint r, out uint base, out uint n) {
 }
 
 #if REDUCE_T == 1
-const uint SHORT_SEG = 16u; // ops::rows reduce's REDUCE_SHORT_SEG
+// The elements an output holds at most, 16 or 32 (ops::rows reduce picks it; REDUCE_SHORT_SEG).
+layout(constant_id = 2) const uint SHORT_SEG = 32u;
 
 // combine(start_value(), e) for an element e (element()'s bits), in integer operations: a
 // compiler may fold an add of the constant +0 away (lavapipe does, `precise` or not), which
@@ -163,13 +164,18 @@ void main() {
     }
     // Every load issued before any arithmetic (past the segment's end: its last element, unused).
     uint last = n - 1u;
-    uint acc[SHORT_SEG];
-#define SHORT_LOAD(q) acc[q] = element(x[base + min(uint(q), last) * p.inner]);
-#define SHORT_LANE(q) acc[q] = uint(q) < n ? first_element(acc[q]) : start_value();
+    // Lanes SHORT_SEG .. 31 are never read (the specialized pipeline drops their code).
+    uint acc[32];
+#define SHORT_LOAD(q) if (uint(q) < SHORT_SEG) { acc[q] = element(x[base + min(uint(q), last) * p.inner]); }
+#define SHORT_LANE(q) if (uint(q) < SHORT_SEG) { acc[q] = uint(q) < n ? first_element(acc[q]) : start_value(); }
 #define SHORT_EACH4(X, q) X(q) X(q + 1) X(q + 2) X(q + 3)
-#define SHORT_EACH(X) SHORT_EACH4(X, 0) SHORT_EACH4(X, 4) SHORT_EACH4(X, 8) SHORT_EACH4(X, 12)
+#define SHORT_EACH16(X, q) SHORT_EACH4(X, q) SHORT_EACH4(X, q + 4) SHORT_EACH4(X, q + 8) SHORT_EACH4(X, q + 12)
+#define SHORT_EACH(X) SHORT_EACH16(X, 0) SHORT_EACH16(X, 16)
     SHORT_EACH(SHORT_LOAD)
     SHORT_EACH(SHORT_LANE)
+    if (SHORT_SEG == 32u) {
+        FOLD16(0, 16)
+    }
     FOLD8(0, 8) FOLD4(0, 4) FOLD2(0, 2) FOLD1(0, 1)
     store_output(r, acc[0]);
 }

@@ -47,11 +47,24 @@ struct ReduceKernel {
 }
 
 /// The longest segment `reduce_1` takes (a thread an output holding each element in a lane of
-/// its own; reduce.glsl's SHORT_SEG), where 8 threads an output walked 32 lanes each. H100,
-/// GB/s, strict REDUCE_SUM over 2^22 rows of 4: 134 -> 1622 (PyTorch 699); 2^20 rows of 16:
-/// 444 -> 1688 (598); 16 rows of 2^20 over axis 0: 401 -> 2465 (1705); REDUCE_MAX over 2^20
-/// rows of 16: 378 -> 1741 (530).
-const REDUCE_SHORT_SEG: u64 = 16;
+/// its own; reduce.glsl's SHORT_SEG, specialized to 16 or to 32 elements), where 8 threads an
+/// output walked 32 lanes each. H100, GB/s, strict REDUCE_SUM over 2^22 rows of 4: 134 -> 1622
+/// (PyTorch 699); 2^20 rows of 16: 444 -> 1688 (598); 16 rows of 2^20 over axis 0: 401 -> 2465
+/// (1705); REDUCE_MAX over 2^20 rows of 16: 378 -> 1741 (530). Specialized to 32 as well
+/// (same run, PyTorch alongside): REDUCE_SUM over rows of 24 556 -> 1773 (773), 32 683 -> 904
+/// (562), 32 rows of 2^19 over axis 0 581 -> 2351 (1714); rows of 64 stay with 8 threads
+/// (893, PyTorch 928).
+const REDUCE_SHORT_SEG: u64 = 32;
+
+/// `reduce_1`'s specialization constant SHORT_SEG for segments of `seg`: 16 lanes where they
+/// hold the segment (half the loads and adds of 32).
+fn short_lanes(seg: u64) -> u32 {
+    if seg <= 16 {
+        16
+    } else {
+        32
+    }
+}
 
 const KERNELS: [ReduceKernel; 4] = [
     ReduceKernel { threads: 1, unroll: 1, max_seg: REDUCE_SHORT_SEG, name: "reduce_1" },
@@ -231,7 +244,7 @@ pub fn reduce(
 }
 
 /// [`reduce`] with a [`Tuning`] (`threads_per_row`: threads an output, rounded up to 1 (axes of
-/// up to 16), 8, 32 or 256).
+/// up to 32), 8, 32 or 256).
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_with(
     k: &Kernels,
@@ -292,7 +305,10 @@ pub fn reduce_in(
             count(whole.len as usize).to_bits(),
         ];
         let groups = grid(rec, tuning, pass.outs().div_ceil(u64::from(256 / kernel.threads)))?;
-        let pipeline = k.specialized(kernel.name, &spec)?;
+        let pipeline = match kernel.threads {
+            1 => k.specialized(kernel.name, &[spec[0], spec[1], short_lanes(pass.seg)])?,
+            _ => k.specialized(kernel.name, &spec)?,
+        };
         rec.dispatch(&pipeline, &[Binding::write(dst), Binding::read(src)], &push, groups)
     };
     let mean = u32::from(matches!(op, Reduce::Mean)) << 1;
