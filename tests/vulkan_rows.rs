@@ -1457,6 +1457,8 @@ fn special_outputs_keep_strict_bits_on_every_reduce_path() {
         (vec![517, 13], 1),
         (vec![300, 32], 1),
         (vec![3, 27, 7], 1),
+        (vec![400, 8], 1),
+        (vec![300, 28], 1),
         (vec![7, 16, 33], 1),
         (vec![16, 300], 0),
         (vec![300, 1], 1),

@@ -53,7 +53,9 @@ struct ReduceKernel {
 /// (1705); REDUCE_MAX over 2^20 rows of 16: 378 -> 1741 (530). Specialized to 32 as well
 /// (same run, PyTorch alongside): REDUCE_SUM over rows of 24 556 -> 1773 (773), 32 683 -> 904
 /// (562), 32 rows of 2^19 over axis 0 581 -> 2351 (1714); rows of 64 stay with 8 threads
-/// (893, PyTorch 928).
+/// (893, PyTorch 928). Then contiguous rows of whole quads loaded a quad at a time (a third
+/// run): rows of 4 1630 -> 1800 (PyTorch 727), 16 1688 -> 2283 (579), 24 1762 -> 2053 (797),
+/// 32 869 -> 1711 (514).
 const REDUCE_SHORT_SEG: u64 = 32;
 
 /// `reduce_1`'s specialization constant SHORT_SEG for segments of `seg`: 16 lanes where they
@@ -306,7 +308,11 @@ pub fn reduce_in(
         ];
         let groups = grid(rec, tuning, pass.outs().div_ceil(u64::from(256 / kernel.threads)))?;
         let pipeline = match kernel.threads {
-            1 => k.specialized(kernel.name, &[spec[0], spec[1], short_lanes(pass.seg)])?,
+            1 => {
+                // Contiguous outputs of whole quads load a quad at a time (SHORT_QUADS).
+                let quads = pass.inner == 1 && pass.nseg == 1 && pass.len.is_multiple_of(4);
+                k.specialized(kernel.name, &[spec[0], spec[1], short_lanes(pass.seg), u32::from(quads)])?
+            }
             _ => k.specialized(kernel.name, &spec)?,
         };
         rec.dispatch(&pipeline, &[Binding::write(dst), Binding::read(src)], &push, groups)
