@@ -41,10 +41,7 @@ const uint PER = BLOCK * LANES / 256u; // loads a thread a block (16)
 const uint PITCH = BLOCK + 32u / LANES; // a lane's steps in shared memory, padded: no bank conflicts
 shared vec4 staged4[2u * LANES * PITCH / 4u]; // [buffer][lane][step]
 
-float add(float a, float b) {
-    precise float s = a + b;
-    return HW_FTZ ? s : strict_ftz(s);
-}
+float add(float a, float b) { return tree_lane_add(a, b, HW_FTZ); }
 
 void main() {
     uint group = tree_group();

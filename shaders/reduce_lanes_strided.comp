@@ -15,9 +15,8 @@
 // flight.
 //
 // Arithmetic as reduce.glsl's sums: elements flushed, a `precise` add whose result is flushed
-// (by the hardware where HW_FTZ is set), NaN canonicalized by the second pass. The lane's first
-// element is taken in integer operations (+0 + e, e flushed: e, but +0 for -0), so that no
-// compiler's folding of an add of the constant +0 can keep a -0.
+// (by the hardware where HW_FTZ is set), NaN canonicalized by the second pass; the lane's first
+// add in integer operations (treeops.glsl's tree_sum_first).
 #extension GL_GOOGLE_include_directive : require
 #include "treeops.glsl"
 
@@ -37,10 +36,7 @@ const uint LANES = 256u / COLS;    // lanes a workgroup
 const uint GROUPS = 256u / LANES;  // workgroups a column group
 const uint U = 32u;                // steps an iteration, their loads issued together
 
-float add(float a, float b) {
-    precise float s = a + b;
-    return HW_FTZ ? s : strict_ftz(s);
-}
+float add(float a, float b) { return tree_lane_add(a, b, HW_FTZ); }
 
 void main() {
     // Workgroup (o * col_groups + cg) * GROUPS + lg: lanes lg * LANES .., columns cg * COLS ..
@@ -59,8 +55,7 @@ void main() {
     float acc = 0.0;
     uint k = 0u;
     if (steps > 0u) {
-        float first = strict_ftz(x[at]);
-        acc = floatBitsToUint(first) << 1 == 0u ? 0.0 : first;
+        acc = uintBitsToFloat(tree_sum_first(floatBitsToUint(strict_ftz(x[at]))));
         k = 1u;
     }
     float v[U];

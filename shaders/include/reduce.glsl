@@ -68,8 +68,7 @@ uint combine(uint a, uint b) {
     if (IS_MAX) {
         return uint(max(int(a), int(b)));
     }
-    precise float s = uintBitsToFloat(a) + uintBitsToFloat(b);
-    return floatBitsToUint(HW_FTZ ? s : strict_ftz(s));
+    return floatBitsToUint(tree_lane_add(uintBitsToFloat(a), uintBitsToFloat(b), HW_FTZ));
 }
 
 // X(u, q) for every lane q of the thread and step u of an iteration, written out with
@@ -147,14 +146,9 @@ layout(constant_id = 2) const uint SHORT_SEG = 32u;
 layout(constant_id = 3) const bool SHORT_QUADS = false;
 layout(set = 0, binding = 1) readonly buffer X4 { uvec4 x4[]; };
 
-// combine(start_value(), e) for an element e (element()'s bits), in integer operations: a
-// compiler may fold an add of the constant +0 away (lavapipe does, `precise` or not), which
-// would keep a -0 that the add turns into +0. Max: the key itself. Sum: e is flushed, so the
-// add changes only -0 (to +0); a NaN stays NaN, canonicalized at the end.
-uint first_element(uint e) {
-    if (IS_MAX) return e;
-    return (e & 0x7fffffffu) == 0u ? 0u : e;
-}
+// combine(start_value(), e) for an element e (element()'s bits): for max the key itself, for a
+// sum tree_sum_first (in integer operations: see there).
+uint first_element(uint e) { return IS_MAX ? e : tree_sum_first(e); }
 
 void main() {
     uint r = tree_group() * 256u + gl_LocalInvocationIndex;

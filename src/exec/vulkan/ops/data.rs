@@ -66,9 +66,19 @@ fn launch(
     push: &[u32],
     items: u64,
 ) -> Result<(), VulkanError> {
-    let kernel: Arc<Kernel> = k.get(name)?;
+    launch_kernel(rec, &k.get(name)?, bindings, push, items)
+}
+
+/// Records one dispatch of `kernel` (a specialized pipeline) over `items` grid-stride items.
+fn launch_kernel(
+    rec: &mut Recorder,
+    kernel: &Arc<Kernel>,
+    bindings: &[Binding],
+    push: &[u32],
+    items: u64,
+) -> Result<(), VulkanError> {
     let groups = groups_for(rec.device(), items, LOCAL_SIZE);
-    rec.dispatch(&kernel, bindings, push, groups)
+    rec.dispatch(kernel, bindings, push, groups)
 }
 
 /// Drops size-1 axes and merges neighbouring axes that every operand walks contiguously (axis
@@ -386,8 +396,7 @@ pub fn cast(
     let items = if quads { n as u64 / 4 } else { words };
     let push = [items as u32, n32, dtype_code(src_dtype), dtype_code(dst_dtype)];
     let kernel = k.specialized("cast", &[u32::from(quads)])?;
-    let groups = groups_for(rec.device(), items, LOCAL_SIZE);
-    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(src)], &push, groups)
+    launch_kernel(rec, &kernel, &[Binding::write(dst), Binding::read(src)], &push, items)
 }
 
 /// `dst[i] = ` 16-bit element i of the packed `src`, zero-extended to 32 bits, for i in 0..n
@@ -528,8 +537,7 @@ pub fn strided_copy(
     push.extend(axes8(&ds, "a destination stride")?);
     push.extend(axes8(&ss, "a source stride")?);
     let kernel = k.specialized("strided_copy", &[u32::from(quads)])?;
-    let groups = groups_for(rec.device(), items, LOCAL_SIZE);
-    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(src)], &push, groups)
+    launch_kernel(rec, &kernel, &[Binding::write(dst), Binding::read(src)], &push, items)
 }
 
 /// A copy of `src` into `dst` (equal lengths): as [`strided_copy`] four words a thread where
@@ -589,6 +597,5 @@ pub fn gather(
     let bindings =
         [Binding::write(dst), Binding::read(table), Binding::read(indices), Binding::write(status)];
     let kernel = k.specialized("gather", &[u32::from(quads)])?;
-    let groups = groups_for(rec.device(), (total / unit).max(count as u64), LOCAL_SIZE);
-    rec.dispatch(&kernel, &bindings, &push, groups)
+    launch_kernel(rec, &kernel, &bindings, &push, (total / unit).max(count as u64))
 }
