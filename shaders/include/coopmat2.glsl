@@ -5,7 +5,7 @@
 // BM x BN tile is one matrix of the workgroup, loaded from global memory by tensor addressing;
 // the driver chooses the staging through shared memory and the instructions.
 // ops::rows::matmul_coopmat launches it only where vulkan::coopmat2::probe found the features
-// and a workgroup-scope shape of this operand type for workgroups of 256 whose granularity
+// and a workgroup-scope shape of this operand type for workgroups of 128 whose granularity
 // divides the tile.
 //
 // Layout: the driver's code (SASS, from its shader cache, by scripts/nvidia-sass.py) is
@@ -17,14 +17,19 @@
 // H200 (driver 580, f16, 4096^2, TFLOP/s): b [K, N] 148, b [N, K] 178, both with 256x128 tiles
 // rolled; restaged (the transpose included) 172.
 //
-// Tiles (operands restaged; the sweep is beside ops::rows::COOPMAT2_TILE): 128x256, k by 64,
-// eight chunks a loop iteration: 249 at 4096^2, 270 at 8192^2, 186 at 2048^2, from 172 with
+// Tiles (operands restaged; the sweeps are beside ops::rows::COOPMAT2_TILE): workgroups of 128
+// with 128x128 tiles, k by 64, four chunks a loop iteration: 291 at 4096^2, 324 at 8192^2, 217
+// at 2048^2 on an H200, from workgroups of 256 with 128x256 tiles, eight chunks an iteration:
+// 251, 274 and 189 (the same runs); those had come from 249 at 4096^2 against 172 with
 // the 256x128 tile rolled (unrolling did not help that tile: 129 by 4 chunks, 118 by 8). The
 // subgroup-scope kernel this replaced (16x16 matrices a subgroup,
 // staged by hand through shared memory, 128x128 tiles) gave 144 on an H100. Earlier on an H100
 // the 256x128 tile unrolled by 4 ran at 157 from a warm driver shader cache but 34-38 in about
-// half the processes that compiled it afresh; on the H200 every tile ran within 0.5 of its
-// figure in processes that compiled it afresh (shader disk cache off) and from the cache.
+// half the processes that compiled it afresh. Such slow processes remain, on the H200 too (shader
+// disk cache off, so every process compiles afresh; no other change): the 128x256 tile of 256
+// ran at 74-87 instead of 274 in 2 of 6 processes at 8192^2 and at 50-60 in some others, the
+// 128x128 tile of 128 at 66 instead of 324 in 1 of about 30 (and in none of 12 at 4096^2).
+// Which process is slow is not the kernel's doing; a slow one stays slow for its whole run.
 // Staging b [K, N] by hand (128-bit loads into a padded shared chunk, coopMatLoad from there)
 // removed the gathers but ran slower than the driver's: 127 against 138. (A shared array sized
 // by a ?: of specialization constants crashed the driver's compiler.) cuBLAS's fp16 GEMM runs
@@ -40,7 +45,10 @@
 
 // The workgroup size: vulkan::coopmat2::WORKGROUP (the probe asks the driver for shapes at
 // exactly this many invocations).
-layout(local_size_x = 256) in;
+// Four subgroups: a 128x128 tile then takes 255 registers a thread, so two workgroups share a
+// multiprocessor and one's staging overlaps the other's multiplies (one of 256 filled it alone;
+// see ops::rows::COOPMAT2_TILE for the measurements).
+layout(local_size_x = 128) in;
 // Bit 0: the matmul is whole tiles with every operand read in runs of 8 elements (16 bytes;
 // MatmulPlan::aligned_to): loads without clamping. Bit 1: a is stored [K, M]; bit 2: b is stored [N, K].
 layout(constant_id = 0) const uint SHAPE = 0u;

@@ -19,7 +19,7 @@ pub const BF16_NAME: &CStr = c"VK_KHR_shader_bfloat16";
 
 /// Invocations per workgroup of shaders/include/coopmat2.glsl (`local_size_x` there): the probe
 /// asks the driver for shapes at exactly this size.
-pub const WORKGROUP: u32 = 256;
+pub const WORKGROUP: u32 = 128;
 
 const FEATURES_TYPE: vk::StructureType = vk::StructureType::from_raw(1_000_593_000);
 const FLEXIBLE_DIMENSIONS_TYPE: vk::StructureType = vk::StructureType::from_raw(1_000_593_001);

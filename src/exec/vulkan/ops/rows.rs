@@ -706,16 +706,28 @@ fn coopmat2_tile(limits: Coopmat2, tiles_of: impl Fn(GemmTile) -> u64) -> (GemmT
 }
 
 /// The tile of shaders/include/coopmat2.glsl for large matmuls, with its operands restaged as
-/// [`coopmat_restaging`] says (a [M, K], b [N, K]). Measured on an H200 (driver 580, f16,
-/// TFLOP/s at 4096^2, each a process that compiled its pipeline afresh, the same to 0.5 in
-/// repeats; k chunk / chunks a loop iteration): 128x256 by 64/16 254, 64/8 249, 64/4 228,
+/// [`coopmat_restaging`] says (a [M, K], b [N, K]). Measured on an H200 with workgroups of 256
+/// (driver 580, f16, TFLOP/s at 4096^2, each a process that compiled its pipeline afresh, the
+/// same to 0.5 in repeats; k chunk / chunks a loop iteration): 128x256 by 64/16 254, 64/8 249, 64/4 228,
 /// 64/2 205, 64/1 185, 32/16 231, 32/4 212, 16/16 153; 128x128 by 64/16 242, 64/8 233; 256x128
 /// by 64/1 172, 64/4 129, 64/8 118, 32/8 221; 64x256 by 64/8 215. At 8192^2: 128x256x64/8 270,
 /// /16 279; at 2048^2 186 and 180.
-const COOPMAT2_TILE: GemmTile = GemmTile { bm: 128, bn: 256, bk: 64, tm: 0, tn: 0 };
+///
+/// Workgroups of 128 ([`crate::exec::vulkan::coopmat2::WORKGROUP`]), now, on the same
+/// H200 (driver 580, f16, TFLOP/s at 4096^2, fresh processes, each the same to 1% in 2 to 8
+/// repeats): 128x128 by 64/4 291 (8192^2 324, 2048^2 217), 64/2 287, 64/8 287 (8192^2 322),
+/// 64/1 263, 32/4 221; 256x64 by 64/8 238; 128x64 and 64x128 by 64/8 221 and 220; workgroups of
+/// 64: 64x64 by 64/8 206, 128x64 155, 64x128 141-143; of 32 (a subgroup a workgroup): 64x32
+/// and 32x64 by 64/8 169-172, 64x64 100-105. In the same runs 128x256x64/8 on 256 gave 251
+/// (8192^2 274, 2048^2 189). With 128 a 128x128 tile takes 255 registers a thread, so two
+/// workgroups share a multiprocessor (32 KiB of staged operands each, besides the 8 KiB the
+/// driver reserves), and one's staging overlaps the other's multiplies.
+const COOPMAT2_TILE: GemmTile = GemmTile { bm: 128, bn: 128, bk: 64, tm: 0, tn: 0 };
 /// Chunks of k a loop iteration of either tile (the unclamped loop; see above and below).
-const COOPMAT2_UNROLL: u32 = 8;
-/// The tile for smaller ones. Measured on an H100 (f16, TFLOP/s, k by 64 unrolled by 4): at
+const COOPMAT2_UNROLL: u32 = 4;
+/// The tile for smaller ones. On an H200 with workgroups of 128 at 1024^2 (f16, TFLOP/s, k by 64
+/// unrolled by 4): 128x64 94, 64x64 91; 128x64 on 256 gave 94 too. On 256, earlier, on an H100
+/// (k by 64 unrolled by 4): at
 /// 512^2 256x128 1.5, 128x128 10.2, 128x64 16.1, 64x64 16.9; at 1024^2 35.5, 49.1, 77.0 and
 /// 59.1; at 2048^2 (128 tiles of 256x128) 126.6, 95.7, 109.8 and 66.2. On an H200 with the
 /// operands restaged, at 1024^2: 128x64 by 4 chunks 89, by 8 94, by 16 93; 64x128 by 8 91;
