@@ -71,6 +71,10 @@ pub struct BenchArgs {
     /// [N, K], as a linear layer's weight), tn (a stored [K, M]) or tt.
     #[arg(long, default_value = "nn", value_parser = ["nn", "nt", "tn", "tt"])]
     layout: String,
+    /// The activation the matmul kernels apply to each output (MATMUL's act=): none, relu or
+    /// gelu.
+    #[arg(long, default_value = "none", value_parser = ["none", "relu", "gelu"])]
+    act: String,
     /// The row length of softmax, layernorm and rmsnorm (SIZE rows of ROW elements; default:
     /// SIZE for softmax, 1024 for the norms). Accepts K and M suffixes.
     #[arg(long, value_parser = parse_size)]
@@ -122,6 +126,9 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     if a.layout != "nn" && !is_matmul {
         bail!("--layout {} applies to the matmul kernels only", a.layout);
     }
+    if a.act != "none" && !is_matmul {
+        bail!("--act {} applies to the matmul kernels only", a.act);
+    }
     let is_reduce = matches!(a.kernel, Kernel::ReduceSum | Kernel::ReduceMax);
     let row = match (a.kernel, a.row) {
         (Kernel::Softmax | Kernel::ReduceSum | Kernel::ReduceMax, r) => r.unwrap_or(n),
@@ -139,6 +146,10 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         "tn" => "MATMUL %c, %a, %b, ta",
         "tt" => "MATMUL %c, %a, %b, ta, tb",
         _ => "MATMUL %c, %a, %b",
+    };
+    let matmul_insn = &match a.act.as_str() {
+        "none" => matmul_insn.to_string(),
+        act => format!("{matmul_insn}, act={act}"),
     };
     // Refused before any input is generated: the largest tensor, held about six times over (the
     // generated values, the bound input, the arena, the device's copies and the summed result).
@@ -333,7 +344,8 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let name =
         a.kernel.to_possible_value().map_or_else(|| format!("{:?}", a.kernel), |v| v.get_name().to_string());
     let level = vm.simd_level().name();
-    let mut shape_json = if is_matmul { format!("\"layout\":\"{}\",", a.layout) } else { String::new() };
+    let mut shape_json =
+        if is_matmul { format!("\"layout\":\"{}\",\"act\":\"{}\",", a.layout, a.act) } else { String::new() };
     if row > 0 {
         shape_json.push_str(&format!("\"row\":{row},"));
     }
@@ -379,7 +391,10 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         ),
         _ => "wall".into(),
     };
-    let shown_name = if is_matmul && a.layout != "nn" { format!("{name} ({})", a.layout) } else { name };
+    let mut shown_name = if is_matmul && a.layout != "nn" { format!("{name} ({})", a.layout) } else { name };
+    if a.act != "none" {
+        shown_name.push_str(&format!(" act={}", a.act));
+    }
     let mut shown_size = if a.row.is_some() { format!("{n}x{row}") } else { n.to_string() };
     if is_reduce {
         shown_size.push_str(&format!(" axis {axis}"));
