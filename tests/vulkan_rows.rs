@@ -425,10 +425,10 @@ fn matmul_edges() {
 #[test]
 fn matmul_k_over_several_dispatches() {
     let Some(ex) = exec() else { return };
-    let k = 2 * rows::MATMUL_K_SPAN as usize + 777;
+    let k = 2 * rows::GEMM_K_SPAN as usize + 777;
     let g = geometry(&[2], &[true], &[false], (3, 70, k), (false, true), false);
     check(matmul_case(ex, &g, Act::Gelu, Some(&[3, 1]), (15, 5), &Tuning::default()));
-    let g = geometry(&[], &[], &[], (1, 1, rows::MATMUL_K_SPAN as usize), (true, false), false);
+    let g = geometry(&[], &[], &[], (1, 1, rows::GEMM_K_SPAN as usize), (true, false), false);
     check(matmul_case(ex, &g, Act::Relu, None, (16, 5), &Tuning::default()));
     // The register-tiled kernels resume across dispatches too, aligned (vec4 loads) or not.
     for (tile, (m, n)) in tiles(ex).into_iter().zip([(5, 8), (9, 7), (4, 12)].into_iter().cycle()) {
@@ -545,7 +545,8 @@ fn gemm_flushes_denormal_sums_like_the_cpu() {
 
 /// The fast tier (FMA): the same bits on every run and for every tile choice of one shape is
 /// not promised, but every run of one shape and tile gives the same bits, and the results are
-/// within rounding of a float64 reference.
+/// within rounding of a float64 reference. GELU is the CPU's GELU (numerics) of the sums the
+/// same kernel gives without it, bit for bit.
 #[test]
 fn fast_gemm_is_repeatable_and_accurate() {
     let Some(ex) = exec() else { return };
@@ -567,29 +568,23 @@ fn fast_gemm_is_repeatable_and_accurate() {
         let bt = |p: usize, j: usize| f64::from(if tb { b[j * k + p] } else { b[p * n + j] });
         for tile in tiles(ex) {
             let tuning = Tuning { gemm: Some(tile), ..Tuning::default() };
-            let run = || {
+            let run = |act: Act| {
                 let mut rec = Recorder::new(ex.device()).unwrap();
                 let (sa, sb, sc) =
                     (upload(ex, &mut rec, &a), upload(ex, &mut rec, &b), upload(ex, &mut rec, &bias));
                 let dst = ex.alloc((m * n) as u64 * 4).unwrap();
                 let bias = Some((&sc, &[n][..]));
-                rows::matmul_with(
-                    ex.kernels(),
-                    &mut rec,
-                    &g,
-                    Act::Relu,
-                    Tier::Fast,
-                    &dst,
-                    &sa,
-                    &sb,
-                    bias,
-                    &tuning,
-                )
-                .unwrap();
+                rows::matmul_with(ex.kernels(), &mut rec, &g, act, Tier::Fast, &dst, &sa, &sb, bias, &tuning)
+                    .unwrap();
                 fetch(ex, &mut rec, &dst)
             };
-            let (first, second) = (run(), run());
+            let (first, second) = (run(Act::Relu), run(Act::Relu));
             check(same_bits(&format!("fast gemm run twice, {tile:?}"), &first, &second));
+            let sums = run(Act::None);
+            let want: Vec<f32> = sums.iter().map(|&x| reference::activate(Act::Gelu, x)).collect();
+            check(same_bits(&format!("fast gemm with GELU, {tile:?}"), &want, &run(Act::Gelu)));
+            let relu: Vec<f32> = sums.iter().map(|&x| reference::activate(Act::Relu, x)).collect();
+            check(same_bits(&format!("fast gemm with RELU, {tile:?}"), &relu, &first));
             for i in 0..m {
                 for j in 0..n {
                     let (exact, size): (f64, f64) = (0..k)
@@ -788,8 +783,8 @@ fn bad_input_is_refused() {
 #[test]
 fn reflected_row_interfaces() {
     let want: &[(&str, &[u32], u32)] = &[
-        ("matmul", &[0, 1, 2, 3], 124),
-        ("matmul_gelu", &[0, 1, 2, 3], 124),
+        ("gemm_strict_64x64x16_4x4", &[0, 1, 2, 3], 124),
+        ("gemm_fast_128x128x32_8x4", &[0, 1, 2, 3], 124),
         ("coopmat2_f16", &[0, 1, 2, 3], 124),
         ("coopmat2_bf16", &[0, 1, 2, 3], 124),
         ("softmax", &[0, 1, 2], 88),

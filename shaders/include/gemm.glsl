@@ -1,5 +1,5 @@
 // gemm.glsl -- the register-tiled MATMUL kernels (shaders/gemm_{strict,fast}_*.comp) for
-// act none and relu; GELU stays with matmul.glsl.
+// act none and relu (ops::rows::matmul_with runs GELU over their output).
 //
 // Geometry (compiled in, one shader per ops::rows::GemmTile, shaders/gemm_{strict,fast}_*.comp): a workgroup of
 // WG = (BM/TM)*(BN/TN) threads computes a BM x BN output tile; each thread owns TM x TN outputs
@@ -11,7 +11,8 @@
 // (GEMM_STAGES) and a second barrier a chunk, before the next chunk is stored.
 //
 // Arithmetic: every output keeps one accumulator that sees k ascending from +0 (resumed from y
-// when k_begin > 0: one dispatch covers GEMM_K_SPAN of k, as in matmul.glsl), exactly
+// when k_begin > 0: one dispatch covers GEMM_K_SPAN of k, and the next resumes from the partial
+// sums it stored: an f32 store and load keep their bits), exactly
 // exec::cpu::reference::matmul's order.
 //  * gemm_fast (GEMM_FAST): acc = fma(a, b, acc). Fast tier: the same bits run to run.
 //  * gemm_strict: operands are flushed (denormal -> signed zero) once, when staged. A product of

@@ -1,11 +1,10 @@
 // matmul_common.glsl -- what every MATMUL kernel shares: the bindings, the push constants
 // (filled by ops::rows::matmul_with), the batch-axis decoding and the activation.
-// y[batch, i, j] = act(add(acc, bias[broadcast])), acc summed over k ascending from +0.
+// y[batch, i, j] = act(add(acc, bias[broadcast])), acc summed over k ascending from +0; GELU is
+// not compiled into them: ops::rows::matmul_with runs UNARY's GELU over their output.
 #ifndef ADEADVM_MATMUL_COMMON_GLSL
 #define ADEADVM_MATMUL_COMMON_GLSL
 #include "strict.glsl"
-
-#define K_SPAN 16384u // ops::rows::MATMUL_K_SPAN
 
 layout(set = 0, binding = 0) buffer Y { float y[]; };
 layout(set = 0, binding = 1) readonly buffer A { float a[]; };
@@ -21,8 +20,8 @@ layout(push_constant) uniform P {
     uint m;
     uint n;
     uint k;
-    uint flags;     // bit 0: ta; bit 1: tb; bits 2-3: act (0 none, 1 relu, 2 gelu); bit 4: bias; bits 8..: batch axes
-    uint k_begin;   // this dispatch's first k (a multiple of K_SPAN)
+    uint flags;     // bit 0: ta; bit 1: tb; bits 2-3: act (0 none, 1 relu); bit 4: bias; bits 8..: batch axes
+    uint k_begin;   // this dispatch's first k (a multiple of the kernel's span of k)
     uint bias_sm;   // the bias's stride along the output's rows (0 = broadcast)
     uint bias_sn;   // and columns
 } p;
@@ -56,12 +55,9 @@ void matmul_batch_offsets(uint bz, out uint aoff, out uint boff, out uint coff) 
     }
 }
 
-// reference::activate
+// reference::activate for none and relu
 float activate(uint act, float v) {
     if (act == 1u) return strict_max(v, 0.0);
-#ifdef MATMUL_GELU
-    if (act == 2u) return strict_gelu(v);
-#endif
     return v;
 }
 

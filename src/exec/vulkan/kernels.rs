@@ -32,8 +32,6 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "transpose16",
     "strided_copy",
     "gather",
-    "matmul",
-    "matmul_gelu",
     "softmax",
     "softmax_long",
     "softmax_fast_1x4",

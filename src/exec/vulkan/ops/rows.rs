@@ -6,8 +6,9 @@
 //!   (`acc = +0; acc = add(acc, mul(a, b))`), then the bias, then the activation; tiles only
 //!   decide which thread does which output. No activation or RELU: the register-tiled kernels of
 //!   `shaders/include/gemm.glsl` (one compiled shader per [`GemmTile`] and tier; the hardware
-//!   flush of the strict one is a specialization constant); in the fast tier with FMA (the same bits run to run, not the CPU's). GELU: the
-//!   64x64 kernel of `shaders/include/matmul.glsl`, in both tiers.
+//!   flush of the strict one is a specialization constant); in the fast tier with FMA (the same
+//!   bits run to run, not the CPU's). GELU: the same kernel with the bias, then UNARY's GELU over
+//!   the output in place (`act(add(acc, bias))` either way: the strict GELU of what it stored).
 //! - the row kernels (`shaders/{softmax,layernorm,rmsnorm}.comp` and their one-pass forms) follow the fixed
 //!   256-lane tree of `numerics::reduce` (`shaders/include/rowtree.glsl`): lane `j` accumulates
 //!   elements `j, j+256, ...` in order, then the halving levels 128..1. A row is shared by
@@ -20,7 +21,7 @@
 //! z, each at most 65535) covers them all. No invocation runs long loops: lavapipe silently ends
 //! every loop of an invocation after 65535 loop iterations in all (see rowtree.glsl), so the
 //! shaders unroll their element loops, a matmul over a long `k` is split into dispatches of
-//! [`MATMUL_K_SPAN`], and [`loop_iterations`] bounds what a row kernel may ask of one thread.
+//! [`GEMM_K_SPAN`] there, and [`loop_iterations`] bounds what a row kernel may ask of one thread.
 //! The `*_with` variants take a [`Tuning`] (tests, benchmarks); no tuning changes a result bit.
 //!
 //! Operands are slices of f32 words bound at their own offsets; binding 0 is the destination,
@@ -48,9 +49,6 @@ pub const MAX_RANK: usize = 8;
 /// Longest row of the row kernels (the reduced axis of a reduction).
 pub const MAX_ROW: usize = 1 << 24;
 
-/// The `k` one matmul dispatch covers (shaders/include/matmul.glsl `K_SPAN`).
-pub const MATMUL_K_SPAN: u64 = 16384;
-
 /// The `k` one dispatch of the register-tiled GEMM covers on a CPU device (lavapipe; the
 /// shader's loops run several iterations per k there): shaders/include/gemm.glsl `GEMM_K_SPAN`.
 pub const GEMM_K_SPAN: u64 = 2048;
@@ -77,9 +75,6 @@ const MAX_ELEMS: u64 = (1 << 31) - 1;
 
 /// Workgroups per grid dimension that every launch stays within.
 const MAX_GROUPS: u32 = 65535;
-
-/// Matmul output tile of the GELU kernel (shaders/include/matmul.glsl TM, TN).
-const MATMUL_TILE: u64 = 64;
 
 /// The geometry of the register-tiled GEMM kernels (shaders/include/gemm.glsl; one compiled
 /// shader per geometry and tier, shaders/gemm_{strict,fast}_BMxBNxBK_TMxTN.comp): a workgroup of
@@ -515,35 +510,35 @@ pub fn matmul_with(
     if plan.out_elems == 0 {
         return Ok(());
     }
+    // GELU runs after the GEMM, over what it stored: the GEMM kernels' finish is
+    // reference::activate's argument (the sum, then the bias), and UNARY's strict GELU is
+    // reference::activate's GELU, so the bits are those of one kernel doing both, in either
+    // tier. The extra read and write of the output is about 1% of a 4096^2 GEMM's time; compiled
+    // in, strict_gelu would carry its erf table into the GEMM kernels (the 64x64 kernel that
+    // took GELU before was kept apart for that: on lavapipe the table alone slowed each of its
+    // workgroups several times).
     let act_code = match act {
-        Act::None => 0u32,
+        Act::None | Act::Gelu => 0u32,
         Act::Relu => 1,
-        Act::Gelu => 2,
     };
-    let (kernel, tile_m, tile_n, span) = if act == Act::Gelu {
-        (k.get("matmul_gelu")?, MATMUL_TILE, MATMUL_TILE, MATMUL_K_SPAN)
-    } else {
-        let tile = match tuning.gemm {
-            Some(t) => {
-                if let Some(why) = t.unusable(rec) {
-                    return Err(invalid(why));
-                }
-                t
+    let tile = match tuning.gemm {
+        Some(t) => {
+            if let Some(why) = t.unusable(rec) {
+                return Err(invalid(why));
             }
-            None => GemmTile::chosen(rec, |t| plan.tiles(t.bm, t.bn)),
-        };
-        let span =
-            tuning.gemm_k_span.or_else(gemm_k_span_env).unwrap_or_else(|| gemm_k_span(rec.device().info()));
-        // Every dispatch starts k on a whole chunk, where the aligned loads expect it.
-        let span = (span / GEMM_SPAN_QUANTUM).max(1) * GEMM_SPAN_QUANTUM;
-        let kernel = tile.kernel(k, tier, plan.aligned_to(g, &tile, 4), span)?;
-        (kernel, u64::from(tile.bm), u64::from(tile.bn), span)
+            t
+        }
+        None => GemmTile::chosen(rec, |t| plan.tiles(t.bm, t.bn)),
     };
+    let span =
+        tuning.gemm_k_span.or_else(gemm_k_span_env).unwrap_or_else(|| gemm_k_span(rec.device().info()));
+    // Every dispatch starts k on a whole chunk, where the aligned loads expect it.
+    let span = (span / GEMM_SPAN_QUANTUM).max(1) * GEMM_SPAN_QUANTUM;
+    let kernel = tile.kernel(k, tier, plan.aligned_to(g, &tile, 4), span)?;
     let mut push = plan.push_constants(g, act_code, bias.is_some(), 0);
     let bias_slice = bias.map_or(a, |(s, _)| s);
     let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
-    let tiles = plan.tiles(tile_m, tile_n);
-    let groups = grid(rec, tuning, tiles)?;
+    let groups = grid(rec, tuning, plan.tiles(u64::from(tile.bm), u64::from(tile.bn)))?;
     // One dispatch per span of k; each resumes the accumulators the previous one stored.
     let mut k_begin = 0u64;
     loop {
@@ -551,9 +546,13 @@ pub fn matmul_with(
         rec.dispatch(&kernel, &bindings, &push, groups)?;
         k_begin += span;
         if k_begin >= u64::from(plan.k) {
-            return Ok(());
+            break;
         }
     }
+    if act == Act::Gelu {
+        data::unary(k, rec, reference::Unary::Gelu, tier, dst, dst, plan.out_elems as usize)?;
+    }
+    Ok(())
 }
 
 /// The tier whose register-tiled GEMM kernel [`matmul`] should run for operands that hold
