@@ -890,6 +890,7 @@ fn strict_f16_gemm_on_the_fast_kernel_is_the_cpu_bits() {
 /// types, every output within the rounding of f32 sums (plus the 16-bit output's own rounding)
 /// of the CPU reference on the same 16-bit values, and the same bits on a second run; with the
 /// operands restaged (transposed into scratch first) where `coopmat_restaging` offers it too.
+/// GELU (f32 outputs) is the CPU's GELU of the sums without it, bit for bit.
 #[test]
 fn coopmat_gemm_is_repeatable_and_accurate() {
     let Some(ex) = exec() else { return };
@@ -950,7 +951,7 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
                 if restage && restaging == [None, None] {
                     continue;
                 }
-                let run = || {
+                let run = |act: Act| {
                     let mut rec = Recorder::new(ex.device()).unwrap();
                     let sa = ex.upload(&mut rec, &to_bytes(&a)).unwrap();
                     let sb = ex.upload(&mut rec, &to_bytes(&b)).unwrap();
@@ -982,9 +983,9 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
                         bytemuck::pod_collect_to_vec::<u8, f32>(&bytes)
                     }
                 };
-                let got = run();
+                let got = run(act);
                 assert!(
-                    got.iter().map(|x| x.to_bits()).eq(run().iter().map(|x| x.to_bits())),
+                    got.iter().map(|x| x.to_bits()).eq(run(act).iter().map(|x| x.to_bits())),
                     "{dtype:?} {g:?}: not repeatable"
                 );
                 for i in 0..want.len() {
@@ -998,8 +999,38 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
                         want[i]
                     );
                 }
+                // GELU (f32 output only): the CPU's GELU of the sums the kernel stores without it.
+                if !dst_narrow {
+                    let sums: Vec<f32> =
+                        run(Act::None).iter().map(|&x| reference::activate(Act::Gelu, x)).collect();
+                    let what = format!("{dtype:?} {g:?} GELU, restaged {restage}");
+                    check(same_bits(&what, &sums, &run(Act::Gelu)));
+                }
             }
         }
+        // GELU into a 16-bit output would round twice; the launcher refuses it.
+        let g = geometry(&[], &[], &[], (32, 32, 32), (false, false), false);
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let x = ex.alloc(32 * 32 * 2).unwrap();
+        let e = rows::matmul_coopmat(
+            ex.kernels(),
+            &mut rec,
+            &g,
+            Act::Gelu,
+            dtype,
+            &x,
+            true,
+            &x,
+            &x,
+            None,
+            [None, None],
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "invalid Vulkan dispatch: the cooperative-matrix GEMM takes GELU only with an f32 output (the output rounds once, after it)"
+        );
     }
 }
 

@@ -739,8 +739,9 @@ fn profile_has_gpu_times_on_vulkan() {
 }
 
 /// A fast-tier f16 or bf16 MATMUL runs on the device's cooperative matrices where it has them
-/// (from the 16-bit bytes, f32 sums, one rounding to the output type): within one rounding of
-/// the CPU's result, and the same bits on a second run.
+/// (from the 16-bit bytes, f32 sums, one rounding to the output type), with RELU and with GELU
+/// (applied before that rounding): within one rounding of the CPU's result, and the same bits on
+/// a second run.
 #[test]
 fn fast_16bit_matmul_on_cooperative_matrices() {
     type ToBits = fn(f32) -> u16;
@@ -748,11 +749,11 @@ fn fast_16bit_matmul_on_cooperative_matrices() {
         (DType::F16, adeadvm::numerics::f32_to_f16_bits, 2e-3),
         (DType::Bf16, adeadvm::numerics::f32_to_bf16_bits, 2f32.powi(-7)),
     ];
-    for (dtype, to_bits, ulp) in kinds {
+    for ((dtype, to_bits, ulp), act) in kinds.into_iter().flat_map(|k| [(k, "relu"), (k, "gelu")]) {
         let t = dtype.name();
         let p = build(&format!(
             ".tier fast\n.input %a {t}[2, 70, 96]\n.input %b {t}[96, 130]\n.input %c {t}[130]\n.output y {t}[2, 70, 130]\n\
-             ALLOC %y: {t}[2, 70, 130]\nMATMUL %y, %a, %b, bias=%c, act=relu\nSTORE y, %y\nFREE %y\n"
+             ALLOC %y: {t}[2, 70, 130]\nMATMUL %y, %a, %b, bias=%c, act={act}\nSTORE y, %y\nFREE %y\n"
         ));
         if !vulkan() {
             return;
@@ -772,10 +773,14 @@ fn fast_16bit_matmul_on_cooperative_matrices() {
             [("a", input(vec![2, 70, 96], 1)), ("b", input(vec![96, 130], 2)), ("c", input(vec![130], 3))];
         let want = run_with(&p, &inputs, cpu()).unwrap()["y"].to_f32().unwrap();
         let got = run_with(&p, &inputs, gpu()).unwrap()["y"].clone();
-        assert_eq!(got.bytes(), run_with(&p, &inputs, gpu()).unwrap()["y"].bytes(), "{t}: not repeatable");
+        assert_eq!(
+            got.bytes(),
+            run_with(&p, &inputs, gpu()).unwrap()["y"].bytes(),
+            "{t} {act}: not repeatable"
+        );
         for (i, (w, g)) in want.iter().zip(got.to_f32().unwrap()).enumerate() {
             // Sums of 96 products of |x| <= 2 differ by f32 rounding; both round once to `t`.
-            assert!((w - g).abs() <= ulp * w.abs().max(1.0), "{t} element {i}: cpu {w}, vulkan {g}");
+            assert!((w - g).abs() <= ulp * w.abs().max(1.0), "{t} {act} element {i}: cpu {w}, vulkan {g}");
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::exec::vulkan::{
     Binding, Buffer, Download, Kernel, Recorder, Slice, Timestamp, VulkanError, VulkanExec,
 };
 use crate::format::{Program, TensorKind};
-use crate::isa::{DType, Insn, Instruction, Opcode, Placement as Hint, TensorId, Tier};
+use crate::isa::{Act, DType, Insn, Instruction, Opcode, Placement as Hint, TensorId, Tier};
 use crate::numerics as nx;
 use crate::verify::{MemoryPlan, VerifiedProgram};
 
@@ -912,7 +912,7 @@ impl Vm {
                     && dt(dst) == operands
                     && a != dst
                     && b != dst
-                    && self.gpu.as_ref().is_some_and(|g| rows::coopmat_runs(g.exec.kernels(), operands, act));
+                    && self.gpu.as_ref().is_some_and(|g| rows::coopmat_runs(g.exec.kernels(), operands));
                 if coopmat {
                     let (va, vb) = (self.src(p, f, a)?, self.src(p, f, b)?);
                     let vbias = match bias {
@@ -928,19 +928,29 @@ impl Vm {
                             *slot = Some(g.scratch(bytes)?);
                         }
                     }
+                    // GELU comes after the sums, before their one rounding to 16 bits: into f32
+                    // scratch, then narrowed.
+                    let wide = match act {
+                        Act::Gelu => Some(g.scratch(n_of(f, dst) * 4)?),
+                        _ => None,
+                    };
                     rows::matmul_coopmat(
                         g.exec.kernels(),
                         &mut g.rec,
                         &gs,
                         act,
                         operands,
-                        &d,
-                        true,
+                        wide.as_ref().unwrap_or(&d),
+                        wide.is_none(),
                         &va,
                         &vb,
                         bias,
                         [restaged[0].as_ref(), restaged[1].as_ref()],
                     )?;
+                    if let Some(w) = &wide {
+                        let n = n_of(f, dst) as usize;
+                        data::cast(g.exec.kernels(), &mut g.rec, &d, operands, w, DType::F32, n)?;
+                    }
                     return Ok((Flow::Next, cost));
                 }
                 let va = self.src_f32(p, f, a, dst, false)?;

@@ -570,7 +570,8 @@ pub fn gemm_tier(tier: Tier, operands: DType) -> Tier {
 
 /// [`matmul`] of 16-bit float operands on workgroup-scope cooperative matrices
 /// (shaders/coopmat2_{f16,bf16}.comp), fast tier: `a` and `b` hold `operands` elements (f16 or
-/// bf16), `dst` the same (`dst_narrow`) or f32, the bias f32. Act none or relu. Only where
+/// bf16), `dst` the same (`dst_narrow`) or f32, the bias f32. Act none or relu, and GELU where
+/// `dst` is f32 (UNARY's GELU over the output afterwards, before any rounding to 16 bits). Only where
 /// [`coopmat_runs`] says so. `restaged[i]`, where given, is scratch of exactly the bytes
 /// [`coopmat_restaging`] asks for operand i (a, b): the operand is transposed there first and
 /// the kernel reads it from there (None: read as stored, slower where restaging is offered).
@@ -589,13 +590,18 @@ pub fn matmul_coopmat(
     restaged: [Option<&Slice>; 2],
 ) -> Result<(), VulkanError> {
     let limits = match k.device().coopmat2() {
-        Some(limits) if coopmat_runs(k, operands, act) => limits,
+        Some(limits) if coopmat_runs(k, operands) => limits,
         _ => {
             return Err(invalid(format!(
-                "the cooperative-matrix GEMM cannot run {act:?} on {operands:?} operands on this device"
+                "the cooperative-matrix GEMM cannot run on {operands:?} operands on this device"
             )))
         }
     };
+    if act == Act::Gelu && dst_narrow {
+        return Err(invalid(
+            "the cooperative-matrix GEMM takes GELU only with an f32 output (the output rounds once, after it)",
+        ));
+    }
     // Operands restaged into the layout the kernel reads fastest (a as [.., M, K], b as
     // [.., N, K]): the geometry the kernel runs, with the same element counts as `g`.
     let want = coopmat_restaging(g);
@@ -649,6 +655,7 @@ pub fn matmul_coopmat(
         *operand = scratch;
     }
     let g = &run;
+    // GELU, as in matmul_with: UNARY's GELU over the sums (with the bias) the kernel stored.
     let act_code = u32::from(act == Act::Relu);
     let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_narrow) << 5);
     let bias_slice = bias.map_or(a, |(s, _)| s);
@@ -658,7 +665,11 @@ pub fn matmul_coopmat(
     let name = if operands == DType::Bf16 { "coopmat2_bf16" } else { "coopmat2_f16" };
     let kernel = k.specialized(name, &[shape, tile.bm, tile.bn, tile.bk, unroll])?;
     let groups = grid(rec, &Tuning::default(), plan.tiles(tile.bm, tile.bn))?;
-    rec.dispatch(&kernel, &bindings, &push, groups)
+    rec.dispatch(&kernel, &bindings, &push, groups)?;
+    if act == Act::Gelu {
+        data::unary(k, rec, reference::Unary::Gelu, Tier::Fast, dst, dst, plan.out_elems as usize)?;
+    }
+    Ok(())
 }
 
 /// The output tile, k chunk and unrolling of shaders/include/coopmat2.glsl (its specialization
@@ -759,10 +770,10 @@ pub fn coopmat_restaging(g: &MatmulShape) -> [Option<u64>; 2] {
 /// See [`coopmat_restaging`].
 pub const COOPMAT2_RESTAGE_MIN: usize = 256;
 
-/// Whether [`matmul_coopmat`] runs `act` on `operands` (f16 or bf16) on `k`'s device (the
-/// device has the cooperative matrices; GELU stays with the f32 kernels).
-pub fn coopmat_runs(k: &Kernels, operands: DType, act: Act) -> bool {
-    k.device().has_coopmat(operands) && act != Act::Gelu
+/// Whether [`matmul_coopmat`] runs on `operands` (f16 or bf16) on `k`'s device (the device has
+/// the cooperative matrices).
+pub fn coopmat_runs(k: &Kernels, operands: DType) -> bool {
+    k.device().has_coopmat(operands)
 }
 
 /// Whether the strict GEMM may leave flushing its sums to the hardware on this device (the
