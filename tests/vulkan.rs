@@ -153,6 +153,28 @@ fn unary_ops_match_cpu_reference_bits() {
     }
 }
 
+/// The strict GELU's erf on the GPU takes plain arithmetic from |x / sqrt 2| = 2^-14 to 3.875
+/// (strict.glsl says why that gives the strict bits) and one polynomial of four by interval: a
+/// dense sweep of |x| from 2^-16 to 8, and every boundary's neighbours (x = b * sqrt 2 for each
+/// interval boundary b of erf's argument).
+#[test]
+fn strict_gelu_intervals_match_cpu_reference_bits() {
+    let Some(ex) = exec() else { return };
+    let (lo, hi) = (0x3780_0000u32, 0x4100_0000u32); // 2^-16 and 8
+    let mut x: Vec<f32> = (lo..hi).step_by(61).map(f32::from_bits).collect();
+    for b in [2f32.powi(-14), 0.875, 1.375, 2.0, 2.75, 3.875] {
+        let centre = (b * std::f32::consts::SQRT_2).to_bits();
+        for d in 0..2000u32 {
+            x.push(f32::from_bits(centre.wrapping_add(d)));
+            x.push(f32::from_bits(centre.wrapping_sub(d)));
+        }
+    }
+    x.extend(x.clone().iter().map(|v| -v));
+    let got = ex.unary(Unary::Gelu, &x).unwrap();
+    let want: Vec<f32> = x.iter().map(|&v| Unary::Gelu.apply(v)).collect();
+    compare("gelu", &|i| format!("x = {:#010x}", x[i].to_bits()), &want, &got);
+}
+
 /// The strict exp's two paths on the GPU (plain arithmetic from |x| = 2^-40, the canonicalizing
 /// steps below): around the threshold, and around every multiple of ln 2 in range, where k
 /// changes and r is smallest.

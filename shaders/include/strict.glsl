@@ -418,14 +418,68 @@ float strict_sigmoid(float x) { return strict_recip(strict_add(1.0, strict_exp(s
 
 // ---- erf / gelu ----
 
-const uint S_ERFC_C[36] = uint[36](
-    0x3de494b6u, 0xbea2f4ceu, 0x3eb75368u, 0xbe2659e5u, 0xbce528ddu, 0x3d7b2bf8u, 0xbc7e5d83u, 0xbc1c8a7eu, 0x3bbf4ac7u,
-    0x3c8b5926u, 0xbd85fcbfu, 0x3de21a82u, 0xbdd1b481u, 0x3d4b243fu, 0xbb33897du, 0xbc3f6eceu, 0x3bc5a121u, 0xb82bced2u,
-    0x3a4d3e18u, 0xbb8348cfu, 0x3c1be66eu, 0xbc60f43fu, 0x3c572c17u, 0xbc091b59u, 0x3b4c4048u, 0xb79cefffu, 0xba20c494u,
-    0x363c4370u, 0xb7a26825u, 0x38868a11u, 0xb90e24dfu, 0x395483f8u, 0xb96ae5a7u, 0x394e63fau, 0xb91c6142u, 0x389337cau);
-const uint S_ERFC_MID[4] = uint[4](0x3f900000u, 0x3fd80000u, 0x40180000u, 0x40540000u);
-const uint S_ERFC_LO[4] = uint[4](0x3f600000u, 0x3fb00000u, 0x40000000u, 0x40300000u);
+// The polynomials of numerics::erf's intervals [0.875, 3.875), one a function with its
+// coefficients as literals (S_ERFC_C's rows): a run-time index into a constant array became a
+// copy of the array in each thread's local memory on NVIDIA. Plain `precise` arithmetic: see
+// strict_erf.
+float strict_i_erfc_poly0(float t) {
+    float q = S_F(0x3bbf4ac7u);
+    q = strict_i_padd(S_F(0xbc1c8a7eu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbc7e5d83u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3d7b2bf8u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbce528ddu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbe2659e5u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3eb75368u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbea2f4ceu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3de494b6u), strict_i_pmul(q, t));
+    return q;
+}
+float strict_i_erfc_poly1(float t) {
+    float q = S_F(0xb82bced2u);
+    q = strict_i_padd(S_F(0x3bc5a121u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbc3f6eceu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbb33897du), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3d4b243fu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbdd1b481u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3de21a82u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbd85fcbfu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3c8b5926u), strict_i_pmul(q, t));
+    return q;
+}
+float strict_i_erfc_poly2(float t) {
+    float q = S_F(0xba20c494u);
+    q = strict_i_padd(S_F(0xb79cefffu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3b4c4048u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbc091b59u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3c572c17u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbc60f43fu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3c1be66eu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xbb8348cfu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x3a4d3e18u), strict_i_pmul(q, t));
+    return q;
+}
+float strict_i_erfc_poly3(float t) {
+    float q = S_F(0x389337cau);
+    q = strict_i_padd(S_F(0xb91c6142u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x394e63fau), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xb96ae5a7u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x395483f8u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xb90e24dfu), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x38868a11u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0xb7a26825u), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(0x363c4370u), strict_i_pmul(q, t));
+    return q;
+}
 
+// numerics::erf. Where 2^-14 <= |x| < 3.875 the steps take plain `precise` arithmetic, the same
+// bits as the strict operations there: no operand or result is a denormal, infinite or NaN.
+// Each step adds a coefficient c to a product z: either |z| < |c| / 2 and the sum is at least
+// |c| / 2, or |z| >= |c| / 2 and the sum is zero or a multiple of ulp(c / 2). Below 0.875 the
+// coefficients are at least 2^-14, so every partial sum p is zero or at least 2^-38, and the
+// products by u = a * a >= 2^-28 (and by a >= 2^-14) at least 2^-66. From 0.875, t = a - mid is
+// zero or a multiple of ulp(a) >= 2^-24 and the coefficients are at least 2^-19, so every q is
+// zero or at least 2^-43 and every product zero or at least 2^-67. Only the first interval keeps
+// the strict operations (its products reach 2^-126 near zero).
 float strict_erf(float x) {
     x = strict_canon(x);
     if (strict_isnan(x)) return x;
@@ -435,26 +489,31 @@ float strict_erf(float x) {
         float b = strict_mul(8.0, a);
         y = strict_mul(0.125, strict_add(b, strict_mul(b, S_F(0x3e0375d4u))));
     } else if (a < S_F(0x3f600000u)) { // 0.875
-        float u = strict_mul(a, a);
+        float u = strict_i_pmul(a, a);
         float p = S_F(0x38b67198u);
-        p = strict_add(S_F(0xba57654bu), strict_mul(p, u));
-        p = strict_add(S_F(0x3baaa16eu), strict_mul(p, u));
-        p = strict_add(S_F(0xbcdc0d3cu), strict_mul(p, u));
-        p = strict_add(S_F(0x3de71747u), strict_mul(p, u));
-        p = strict_add(S_F(0xbec093a2u), strict_mul(p, u));
-        p = strict_add(S_F(0x3e0375d4u), strict_mul(p, u));
-        y = strict_add(a, strict_mul(a, p));
+        p = strict_i_padd(S_F(0xba57654bu), strict_i_pmul(p, u));
+        p = strict_i_padd(S_F(0x3baaa16eu), strict_i_pmul(p, u));
+        p = strict_i_padd(S_F(0xbcdc0d3cu), strict_i_pmul(p, u));
+        p = strict_i_padd(S_F(0x3de71747u), strict_i_pmul(p, u));
+        p = strict_i_padd(S_F(0xbec093a2u), strict_i_pmul(p, u));
+        p = strict_i_padd(S_F(0x3e0375d4u), strict_i_pmul(p, u));
+        y = strict_i_padd(a, strict_i_pmul(a, p));
     } else if (a < S_F(0x40780000u)) { // 3.875
-        int i = 0;
-        for (int j = 1; j < 4; j++) {
-            if (S_F(S_ERFC_LO[j]) <= a) i++;
+        // The interval: how many of S_ERFC_LO[1..3] lie at or below a.
+        uint i = uint(S_F(0x3fb00000u) <= a) + uint(S_F(0x40000000u) <= a) + uint(S_F(0x40300000u) <= a);
+        float mid = S_F(i == 0u ? 0x3f900000u : i == 1u ? 0x3fd80000u : i == 2u ? 0x40180000u : 0x40540000u);
+        float t = strict_i_psub(a, mid);
+        float q;
+        if (i == 0u) {
+            q = strict_i_erfc_poly0(t);
+        } else if (i == 1u) {
+            q = strict_i_erfc_poly1(t);
+        } else if (i == 2u) {
+            q = strict_i_erfc_poly2(t);
+        } else {
+            q = strict_i_erfc_poly3(t);
         }
-        float t = strict_sub(a, S_F(S_ERFC_MID[i]));
-        float q = S_F(S_ERFC_C[i * 9 + 8]);
-        for (int j = 7; j >= 0; j--) {
-            q = strict_add(S_F(S_ERFC_C[i * 9 + j]), strict_mul(q, t));
-        }
-        y = strict_sub(1.0, q);
+        y = strict_i_psub(1.0, q);
     } else {
         y = 1.0;
     }
