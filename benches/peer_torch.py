@@ -26,7 +26,21 @@ import time
 def torch_case(torch, kernel, n, iters):
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(0)
-    if kernel == "matmul":
+    if kernel.endswith("+gelu"):
+        # The matmul, then PyTorch's GELU (erf form, as adeadvm's) over its output: two eager
+        # kernels, as a linear layer and its activation run.
+        kernel = kernel[: -len("+gelu")]
+        if not kernel.startswith("matmul"):
+            raise ValueError(kernel)
+        a = torch.rand((n, n), device=dev, generator=g)
+        b = torch.rand((n, n), device=dev, generator=g)
+        if kernel != "matmul":
+            dtype = torch.float16 if kernel == "matmul-f16" else torch.bfloat16
+            a, b = a.to(dtype), b.to(dtype)
+        gelu = torch.nn.functional.gelu
+        run = lambda: gelu(torch.matmul(a, b))
+        flops, nbytes = 2.0 * n**3, 12.0 * n * n
+    elif kernel == "matmul":
         a = torch.rand((n, n), device=dev, generator=g)
         b = torch.rand((n, n), device=dev, generator=g)
         run = lambda: torch.matmul(a, b)
@@ -85,6 +99,8 @@ def torch_case(torch, kernel, n, iters):
 
 def adeadvm_case(exe, kernel, n, tier, iters):
     shape = ["--row", str(n[1]), "--axis", str(n[2])] if isinstance(n, tuple) else []
+    if kernel.endswith("+gelu"):
+        kernel, shape = kernel[: -len("+gelu")], ["--act", "gelu"]
     size = str(n[0]) if isinstance(n, tuple) else str(n)
     out = subprocess.run(
         [exe, "bench", kernel, size, *shape, "--backend", "vulkan", "--tier", tier, "--iters", str(iters), "--json"],
@@ -120,6 +136,9 @@ def main():
         ("matmul", 4096, "strict >= 0.55x", "fast >= 0.85x"),
         ("matmul-f16", 4096, None, "fast >= 0.6x"),
         ("matmul-bf16", 4096, None, None),
+        # MATMUL with act=gelu against a matmul then torch's GELU.
+        ("matmul+gelu", 4096, None, None),
+        ("matmul-f16+gelu", 4096, None, None),
         ("add", 16 << 20, ">= 0.9x", None),
         ("add", 100 << 20, ">= 0.9x", None),
         ("exp", 16 << 20, ">= 0.9x", None),
@@ -133,11 +152,11 @@ def main():
         ("reduce-max", (4096, 4096, 1), None, None),
     ]
     if args.quick:
-        cases = [cases[0], cases[2], cases[3], cases[5]]
+        cases = [cases[0], cases[2], cases[3], cases[7]]
     if args.only:
         cases = [c for c in cases if c[0] == args.only]
     print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; fp32 with TF32 off (matmul-f16, matmul-bf16: fp16, bf16)")
-    print(f"{'kernel':<11} {'size':>16} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
+    print(f"{'kernel':<15} {'size':>12} {'torch':>12} {'strict':>12} {'ratio':>6} {'fast':>12} {'ratio':>6}  target")
     for kernel, n, strict_target, fast_target in cases:
         t, flops, nbytes = torch_case(torch, kernel, n, iters)
         s = adeadvm_case(args.adeadvm, kernel, n, "strict", iters)
@@ -145,7 +164,7 @@ def main():
         unit = (lambda x: f"{flops / x / 1e12:.2f} TF/s") if kernel.startswith("matmul") else (lambda x: f"{nbytes / x / 1e9:.0f} GB/s")
         target = ", ".join(x for x in (strict_target, fast_target) if x) or "-"
         size = f"{n[0]}x{n[1]}/{n[2]}" if isinstance(n, tuple) else n
-        print(f"{kernel:<11} {size:>16} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x  {target}")
+        print(f"{kernel:<15} {size:>12} {unit(t):>12} {unit(s):>12} {t / s:>5.2f}x {unit(f):>12} {t / f:>5.2f}x  {target}")
     if args.only and args.only != "dispatch":
         return
     # A chain of dependent tiny operations: the cost of one instruction.
@@ -161,7 +180,7 @@ def main():
         chain.append((time.perf_counter() - t0) / 1000)
     t = statistics.median(chain)
     d = adeadvm_case(args.adeadvm, "dispatch", 1, "strict", iters)
-    print(f"{'dispatch':<11} {'1000x1':>16} {t * 1e6:>9.2f} us {d * 1e6:>9.2f} us {t / d:>5.2f}x {'':>12} {'':>6}  <= 3 us per instruction")
+    print(f"{'dispatch':<15} {'1000x1':>12} {t * 1e6:>9.2f} us {d * 1e6:>9.2f} us {t / d:>5.2f}x {'':>12} {'':>6}  <= 3 us per instruction")
 
 
 if __name__ == "__main__":
