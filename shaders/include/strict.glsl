@@ -418,57 +418,21 @@ float strict_sigmoid(float x) { return strict_recip(strict_add(1.0, strict_exp(s
 
 // ---- erf / gelu ----
 
-// The polynomials of numerics::erf's intervals [0.875, 3.875), one a function with its
-// coefficients as literals (S_ERFC_C's rows): a run-time index into a constant array became a
-// copy of the array in each thread's local memory on NVIDIA. Plain `precise` arithmetic: see
-// strict_erf.
-float strict_i_erfc_poly0(float t) {
-    float q = S_F(0x3bbf4ac7u);
-    q = strict_i_padd(S_F(0xbc1c8a7eu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbc7e5d83u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3d7b2bf8u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbce528ddu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbe2659e5u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3eb75368u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbea2f4ceu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3de494b6u), strict_i_pmul(q, t));
-    return q;
-}
-float strict_i_erfc_poly1(float t) {
-    float q = S_F(0xb82bced2u);
-    q = strict_i_padd(S_F(0x3bc5a121u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbc3f6eceu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbb33897du), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3d4b243fu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbdd1b481u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3de21a82u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbd85fcbfu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3c8b5926u), strict_i_pmul(q, t));
-    return q;
-}
-float strict_i_erfc_poly2(float t) {
-    float q = S_F(0xba20c494u);
-    q = strict_i_padd(S_F(0xb79cefffu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3b4c4048u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbc091b59u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3c572c17u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbc60f43fu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3c1be66eu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xbb8348cfu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x3a4d3e18u), strict_i_pmul(q, t));
-    return q;
-}
-float strict_i_erfc_poly3(float t) {
-    float q = S_F(0x389337cau);
-    q = strict_i_padd(S_F(0xb91c6142u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x394e63fau), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xb96ae5a7u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x395483f8u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xb90e24dfu), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x38868a11u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0xb7a26825u), strict_i_pmul(q, t));
-    q = strict_i_padd(S_F(0x363c4370u), strict_i_pmul(q, t));
-    return q;
+// The polynomials of numerics::erf's intervals [0.875, 3.875) (S_ERFC_C's rows): Horner from
+// c8 down, q = c_j + q * t, in plain `precise` arithmetic (see strict_erf). Each call passes its
+// row as literals: a run-time index into a constant array became a copy of the array in each
+// thread's local memory on NVIDIA.
+float strict_i_erfc_horner(float t, uint c0, uint c1, uint c2, uint c3, uint c4, uint c5, uint c6,
+                           uint c7, uint c8) {
+    float q = S_F(c8);
+    q = strict_i_padd(S_F(c7), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(c6), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(c5), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(c4), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(c3), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(c2), strict_i_pmul(q, t));
+    q = strict_i_padd(S_F(c1), strict_i_pmul(q, t));
+    return strict_i_padd(S_F(c0), strict_i_pmul(q, t));
 }
 
 // numerics::erf. Where 2^-14 <= |x| < 3.875 the steps take plain `precise` arithmetic, the same
@@ -505,13 +469,17 @@ float strict_erf(float x) {
         float t = strict_i_psub(a, mid);
         float q;
         if (i == 0u) {
-            q = strict_i_erfc_poly0(t);
+            q = strict_i_erfc_horner(t, 0x3de494b6u, 0xbea2f4ceu, 0x3eb75368u, 0xbe2659e5u, 0xbce528ddu,
+                                     0x3d7b2bf8u, 0xbc7e5d83u, 0xbc1c8a7eu, 0x3bbf4ac7u);
         } else if (i == 1u) {
-            q = strict_i_erfc_poly1(t);
+            q = strict_i_erfc_horner(t, 0x3c8b5926u, 0xbd85fcbfu, 0x3de21a82u, 0xbdd1b481u, 0x3d4b243fu,
+                                     0xbb33897du, 0xbc3f6eceu, 0x3bc5a121u, 0xb82bced2u);
         } else if (i == 2u) {
-            q = strict_i_erfc_poly2(t);
+            q = strict_i_erfc_horner(t, 0x3a4d3e18u, 0xbb8348cfu, 0x3c1be66eu, 0xbc60f43fu, 0x3c572c17u,
+                                     0xbc091b59u, 0x3b4c4048u, 0xb79cefffu, 0xba20c494u);
         } else {
-            q = strict_i_erfc_poly3(t);
+            q = strict_i_erfc_horner(t, 0x363c4370u, 0xb7a26825u, 0x38868a11u, 0xb90e24dfu, 0x395483f8u,
+                                     0xb96ae5a7u, 0x394e63fau, 0xb91c6142u, 0x389337cau);
         }
         y = strict_i_psub(1.0, q);
     } else {

@@ -510,13 +510,7 @@ pub fn matmul_with(
     if plan.out_elems == 0 {
         return Ok(());
     }
-    // GELU runs after the GEMM, over what it stored: the GEMM kernels' finish is
-    // reference::activate's argument (the sum, then the bias), and UNARY's strict GELU is
-    // reference::activate's GELU, so the bits are those of one kernel doing both, in either
-    // tier. The extra read and write of the output is about 1% of a 4096^2 GEMM's time; compiled
-    // in, strict_gelu would carry its erf table into the GEMM kernels (the 64x64 kernel that
-    // took GELU before was kept apart for that: on lavapipe the table alone slowed each of its
-    // workgroups several times).
+    // GELU runs after the GEMM ([`gelu_after`]).
     let act_code = match act {
         Act::None | Act::Gelu => 0u32,
         Act::Relu => 1,
@@ -550,9 +544,19 @@ pub fn matmul_with(
         }
     }
     if act == Act::Gelu {
-        data::unary(k, rec, reference::Unary::Gelu, tier, dst, dst, plan.out_elems as usize)?;
+        gelu_after(k, rec, tier, dst, plan.out_elems)?;
     }
     Ok(())
+}
+
+/// MATMUL's GELU over the `n` f32 outputs a GEMM kernel stored in `dst` (with the bias, act
+/// none), in place: the kernels' finish is reference::activate's argument (the sum, then the
+/// bias) and UNARY's strict GELU is reference::activate's GELU, so the bits are those of one
+/// kernel doing both. The extra read and write of the output is 1-2% of a 4096^2 SGEMM's time;
+/// compiled in, strict_gelu would carry its erf into every GEMM kernel (the 64x64 kernel that
+/// took GELU before was kept apart for that: on lavapipe it slowed each workgroup several times).
+fn gelu_after(k: &Kernels, rec: &mut Recorder, tier: Tier, dst: &Slice, n: u64) -> Result<(), VulkanError> {
+    data::unary(k, rec, reference::Unary::Gelu, tier, dst, dst, n as usize)
 }
 
 /// The tier whose register-tiled GEMM kernel [`matmul`] should run for operands that hold
@@ -655,7 +659,6 @@ pub fn matmul_coopmat(
         *operand = scratch;
     }
     let g = &run;
-    // GELU, as in matmul_with: UNARY's GELU over the sums (with the bias) the kernel stored.
     let act_code = u32::from(act == Act::Relu);
     let push = plan.push_constants(g, act_code, bias.is_some(), u32::from(dst_narrow) << 5);
     let bias_slice = bias.map_or(a, |(s, _)| s);
@@ -667,7 +670,7 @@ pub fn matmul_coopmat(
     let groups = grid(rec, &Tuning::default(), plan.tiles(tile.bm, tile.bn))?;
     rec.dispatch(&kernel, &bindings, &push, groups)?;
     if act == Act::Gelu {
-        data::unary(k, rec, reference::Unary::Gelu, Tier::Fast, dst, dst, plan.out_elems as usize)?;
+        gelu_after(k, rec, Tier::Fast, dst, plan.out_elems)?;
     }
     Ok(())
 }
