@@ -216,6 +216,15 @@ fn bench_runs_and_refuses_what_does_not_fit() {
     let out = adeadvm(&["bench", "exp", "1000", "--iters", "2"], dir.path());
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("exp 1000  cpu strict"), "{}", text(&out.stdout));
+    // --warmup takes seconds from 0 (the one untimed run only) to an hour.
+    let out = adeadvm(&["bench", "exp", "1000", "--iters", "2", "--warmup", "0"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for bad in ["-1", "x", "NaN", "3601"] {
+        let out = adeadvm(&["bench", "exp", "1000", &format!("--warmup={bad}")], dir.path());
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        let want = format!("`{bad}` is not a number of seconds from 0 to 3600");
+        assert!(text(&out.stderr).contains(&want), "{bad}: {}", text(&out.stderr));
+    }
     let out = adeadvm(&["bench", "softmax", "2M"], dir.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let err = text(&out.stderr);

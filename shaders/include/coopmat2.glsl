@@ -29,7 +29,14 @@
 // disk cache off, so every process compiles afresh; no other change): the 128x256 tile of 256
 // ran at 74-87 instead of 274 in 2 of 6 processes at 8192^2 and at 50-60 in some others, the
 // 128x128 tile of 128 at 66 instead of 324 in 1 of about 30 (and in none of 12 at 4096^2).
-// Which process is slow is not the kernel's doing; a slow one stays slow for its whole run.
+// They were short bench runs timed right after the pipeline's build (H200, 2026-11-27, 4096^2,
+// 20 timed repetitions, fresh compiles with ADEADVM_VULKAN_PIPELINE_STATS, which lengthens
+// them): `adeadvm bench` counted the build in its quarter second of warm-up, and 6 of 40
+// processes read 58-70 instead of 290; with the warm-up counted after the first run, 0 of 28
+// (1 of 14 with none). The driver's statistics (255 registers, 119424 bytes of code) were the
+// same in slow and fast processes, none of 24 taking the pipeline from the driver's shader
+// cache was slow, nor any of 38 timing 3000-6000 repetitions. A larger kernel (GELU in this
+// epilogue, not kept) was slow in 8 of 16 even after the warm-up, so the cause is not settled.
 // Staging b [K, N] by hand (128-bit loads into a padded shared chunk, coopMatLoad from there)
 // removed the gathers but ran slower than the driver's: 127 against 138. (A shared array sized
 // by a ?: of specialization constants crashed the driver's compiler.) cuBLAS's fp16 GEMM runs

@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// Timed repetitions (the median is reported).
     #[arg(long, default_value_t = 10)]
     iters: usize,
+    /// Seconds of untimed runs after the first (which builds the pipelines), before the timed
+    /// ones: warms caches and brings a GPU to its working clocks.
+    #[arg(long, default_value_t = 0.25, value_parser = parse_warmup)]
+    warmup: f64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -83,6 +87,14 @@ pub struct BenchArgs {
     /// column: ROW outputs).
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
     axis: Option<u8>,
+}
+
+/// Seconds of warm-up: finite, from 0 to an hour.
+fn parse_warmup(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| (0.0..=3600.0).contains(v))
+        .ok_or_else(|| format!("`{s}` is not a number of seconds from 0 to 3600"))
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -300,11 +312,12 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     if a.iters == 0 {
         bail!("--iters must be at least 1");
     }
-    // Untimed runs warm caches, allocate the arena and bring a GPU to its working clocks: for a
-    // quarter of a second, at least once.
-    let warm_from = Instant::now();
+    // Untimed runs warm caches, allocate the arena and bring a GPU to its working clocks: one
+    // run, which builds the pipelines, then --warmup seconds of runs.
     vm.run()?;
-    while warm_from.elapsed() < Duration::from_millis(250) {
+    let warm_from = Instant::now();
+    let warmup = Duration::from_secs_f64(a.warmup);
+    while warm_from.elapsed() < warmup {
         vm.run()?;
     }
     let mut samples = Vec::with_capacity(a.iters);
