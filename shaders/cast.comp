@@ -16,6 +16,9 @@
 // (32-bit source) or uvec2 (16-bit) and written likewise, and `count` is n / 4: one load and
 // one store an invocation, where the word-a-time path read a 16-bit destination's two f32
 // sources with two loads (H100, f32 -> f16 over 16M elements: 1724 -> 2038 GB/s).
+// Under GELU_FIRST (a specialization constant; f32 source only) each element is first UNARY's
+// strict GELU, then converted: the bits of UNARY GELU followed by this cast, in one pass (the
+// fast tier's 16-bit MATMUL with GELU, whose f32 sums then round once).
 #extension GL_GOOGLE_include_directive : require
 #include "strict.glsl"
 #include "data.glsl"
@@ -28,6 +31,7 @@ layout(set = 0, binding = 0) writeonly buffer Y4 { uvec4 y4[]; };
 layout(set = 0, binding = 1) readonly buffer X2 { uvec2 x2[]; };
 layout(set = 0, binding = 1) readonly buffer X4 { uvec4 x4[]; };
 layout(constant_id = 0) const bool QUADS = false;
+layout(constant_id = 1) const bool GELU_FIRST = false;
 layout(push_constant) uniform P {
     uint count; // invocations of work: elements, or words of a 16-bit destination
     uint n;     // elements
@@ -57,6 +61,7 @@ uint convert(uint e) {
         return f;
     }
     uint b = widened(e);
+    if (GELU_FIRST) b = floatBitsToUint(strict_gelu(uintBitsToFloat(b)));
     if (p.dst == I32) return uint(dm_f32_bits_to_i32(b));
     float v = strict_canon(uintBitsToFloat(b));
     if (p.dst == F16) return strict_f32_to_f16_bits(v);

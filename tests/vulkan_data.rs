@@ -585,6 +585,32 @@ fn cast_sweeps_match_the_vm() {
     }
 }
 
+/// GELU then CAST in one pass (`data::gelu_cast`, the fast tier's 16-bit MATMUL with GELU) is the
+/// VM's GELU then CAST on the CPU, bit for bit: into every dtype, with special values, an odd
+/// 16-bit tail, whole quads, and every 4093rd 32-bit pattern.
+#[test]
+fn gelu_cast_is_gelu_then_cast() {
+    let Some(ex) = exec() else { return };
+    let sweep: Vec<u8> = (0..(u32::MAX / 4093) & !3).flat_map(|i| (i * 4093).to_le_bytes()).collect();
+    for dd in DType::ALL {
+        for n in [1usize, 3, 64, 1001, 4096, sweep.len() / 4] {
+            let src = if n == sweep.len() / 4 { sweep.clone() } else { cast_source(DType::F32, n) };
+            let prog = common::build(&format!(
+                ".input %x f32[{n}]\n.output y {dd}[{n}]\nALLOC %g: f32[{n}]\nALLOC %t: {dd}[{n}]\n\
+                 GELU %g, %x\nCAST %t, %g\nSTORE y, %t\nFREE %g\nFREE %t\n"
+            ));
+            let x = HostTensor::from_bytes(DType::F32, vec![n], &src).unwrap();
+            let want = common::run(&prog, &[("x", x)]).unwrap()["y"].bytes().to_vec();
+            let words = (n * dd.size()).div_ceil(4);
+            let got = run(ex, &[bytemuck::cast_slice(&src)], words, |k, rec, o, ins| {
+                data::gelu_cast(k, rec, o, dd, &ins[0], n)
+            });
+            let got: Vec<u8> = bytemuck::cast_slice(&got).to_vec();
+            assert_eq!(&got[..want.len()], &want[..], "GELU then CAST f32 -> {dd}, n = {n}");
+        }
+    }
+}
+
 /// A large RAND of each distribution (one seed), past the sizes the property test draws.
 #[test]
 fn rand_large_matches_fill_strict() {

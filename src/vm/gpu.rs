@@ -928,8 +928,8 @@ impl Vm {
                             *slot = Some(g.scratch(bytes)?);
                         }
                     }
-                    // GELU comes after the sums, before their one rounding to 16 bits: into f32
-                    // scratch, then narrowed.
+                    // GELU comes after the sums, before their one rounding to 16 bits: the sums
+                    // into f32 scratch, then GELU and the rounding in one pass.
                     let wide = match act {
                         Act::Gelu => Some(g.scratch(n_of(f, dst) * 4)?),
                         _ => None,
@@ -938,7 +938,7 @@ impl Vm {
                         g.exec.kernels(),
                         &mut g.rec,
                         &gs,
-                        act,
+                        if wide.is_some() { Act::None } else { act },
                         operands,
                         wide.as_ref().unwrap_or(&d),
                         wide.is_none(),
@@ -949,7 +949,7 @@ impl Vm {
                     )?;
                     if let Some(w) = &wide {
                         let n = n_of(f, dst) as usize;
-                        data::cast(g.exec.kernels(), &mut g.rec, &d, operands, w, DType::F32, n)?;
+                        data::gelu_cast(g.exec.kernels(), &mut g.rec, &d, operands, w, n)?;
                     }
                     return Ok((Flow::Next, cost));
                 }

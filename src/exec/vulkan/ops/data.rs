@@ -383,6 +383,35 @@ pub fn cast(
     src_dtype: DType,
     n: usize,
 ) -> Result<(), VulkanError> {
+    cast_with(k, rec, dst, dst_dtype, src, src_dtype, n, false)
+}
+
+/// `dst = ` UNARY's GELU of each of the `n` f32 elements of `src`, converted to `dst_dtype` as
+/// [`cast`] converts: the bits of [`unary`] GELU then [`cast`], in one pass, with no f32
+/// intermediate written (the fast tier's 16-bit MATMUL with GELU rounds its f32 sums so).
+pub fn gelu_cast(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    dst_dtype: DType,
+    src: &Slice,
+    n: usize,
+) -> Result<(), VulkanError> {
+    cast_with(k, rec, dst, dst_dtype, src, DType::F32, n, true)
+}
+
+/// [`cast`], with GELU applied to each (f32) element first where `gelu_first`.
+#[allow(clippy::too_many_arguments)]
+fn cast_with(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    dst_dtype: DType,
+    src: &Slice,
+    src_dtype: DType,
+    n: usize,
+    gelu_first: bool,
+) -> Result<(), VulkanError> {
     if n == 0 {
         return Ok(());
     }
@@ -395,7 +424,7 @@ pub fn cast(
     let quads = n.is_multiple_of(4);
     let items = if quads { n as u64 / 4 } else { words };
     let push = [items as u32, n32, dtype_code(src_dtype), dtype_code(dst_dtype)];
-    let kernel = k.specialized("cast", &[u32::from(quads)])?;
+    let kernel = k.specialized("cast", &[u32::from(quads), u32::from(gelu_first)])?;
     launch_kernel(rec, &kernel, &[Binding::write(dst), Binding::read(src)], &push, items)
 }
 
