@@ -37,6 +37,9 @@
 // same in slow and fast processes, none of 24 taking the pipeline from the driver's shader
 // cache was slow, nor any of 38 timing 3000-6000 repetitions. A larger kernel (GELU in this
 // epilogue, not kept) was slow in 8 of 16 even after the warm-up, so the cause is not settled.
+// Measured and not kept (H200, f16 at 4096^2, this tile, the same runs at 290): tiles taken in
+// groups of 4, 8 or 16 tile rows (for the L2 cache) 287-290; loading the next chunk's matrices
+// before each multiply (so the driver could overlap them) 20, the loaded matrices then spilling.
 // Staging b [K, N] by hand (128-bit loads into a padded shared chunk, coopMatLoad from there)
 // removed the gathers but ran slower than the driver's: 127 against 138. (A shared array sized
 // by a ?: of specialization constants crashed the driver's compiler.) cuBLAS's fp16 GEMM runs
