@@ -383,7 +383,7 @@ pub fn cast(
     src_dtype: DType,
     n: usize,
 ) -> Result<(), VulkanError> {
-    cast_with(k, rec, dst, dst_dtype, src, src_dtype, n, false)
+    cast_with(k, rec, (dst, dst_dtype), (src, src_dtype), n, false)
 }
 
 /// `dst = ` UNARY's GELU of each of the `n` f32 elements of `src`, converted to `dst_dtype` as
@@ -397,18 +397,16 @@ pub fn gelu_cast(
     src: &Slice,
     n: usize,
 ) -> Result<(), VulkanError> {
-    cast_with(k, rec, dst, dst_dtype, src, DType::F32, n, true)
+    cast_with(k, rec, (dst, dst_dtype), (src, DType::F32), n, true)
 }
 
-/// [`cast`], with GELU applied to each (f32) element first where `gelu_first`.
-#[allow(clippy::too_many_arguments)]
+/// [`cast`] of `n` elements, each destination and source a slice and its dtype, with GELU
+/// applied to each (f32) element first where `gelu_first`.
 fn cast_with(
     k: &Kernels,
     rec: &mut Recorder,
-    dst: &Slice,
-    dst_dtype: DType,
-    src: &Slice,
-    src_dtype: DType,
+    (dst, dst_dtype): (&Slice, DType),
+    (src, src_dtype): (&Slice, DType),
     n: usize,
     gelu_first: bool,
 ) -> Result<(), VulkanError> {
