@@ -248,6 +248,7 @@ fn reflected_interfaces() {
         ("fill", 1, 8),
         ("rand", 1, 20),
         ("cast", 2, 16),
+        ("gelu_cast", 2, 16),
         ("unpack16", 2, 4),
         ("pack16", 2, 4),
         ("strided_copy", 2, 112),

@@ -27,6 +27,7 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "fill",
     "rand",
     "cast",
+    "gelu_cast",
     "unpack16",
     "pack16",
     "transpose16",

@@ -401,7 +401,8 @@ pub fn gelu_cast(
 }
 
 /// [`cast`] of `n` elements, each destination and source a slice and its dtype, with GELU
-/// applied to each (f32) element first where `gelu_first`.
+/// applied to each (f32) element first where `gelu_first` (shaders/gelu_cast.comp: the same
+/// kernel, apart so that CAST's stays integer-only).
 fn cast_with(
     k: &Kernels,
     rec: &mut Recorder,
@@ -422,7 +423,7 @@ fn cast_with(
     let quads = n.is_multiple_of(4);
     let items = if quads { n as u64 / 4 } else { words };
     let push = [items as u32, n32, dtype_code(src_dtype), dtype_code(dst_dtype)];
-    let kernel = k.specialized("cast", &[u32::from(quads), u32::from(gelu_first)])?;
+    let kernel = k.specialized(if gelu_first { "gelu_cast" } else { "cast" }, &[u32::from(quads)])?;
     launch_kernel(rec, &kernel, &[Binding::write(dst), Binding::read(src)], &push, items)
 }
 
