@@ -216,6 +216,20 @@ fn bench_runs_and_refuses_what_does_not_fit() {
     let out = adeadvm(&["bench", "exp", "1000", "--iters", "2"], dir.path());
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("exp 1000  cpu strict"), "{}", text(&out.stdout));
+    // --act sets MATMUL's activation, for the matmul kernels only.
+    let out = adeadvm(&["bench", "matmul", "8", "--act", "gelu", "--iters", "1", "--json"], dir.path());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("\"act\":\"gelu\""), "{}", text(&out.stdout));
+    let out = adeadvm(&["bench", "exp", "8", "--act", "relu"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--act relu applies to the matmul kernels only"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = adeadvm(&["bench", "matmul", "8", "--act", "tanh"], dir.path());
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("invalid value 'tanh' for '--act <ACT>'"), "{}", text(&out.stderr));
     // --warmup takes seconds from 0 (the one untimed run only) to an hour.
     let out = adeadvm(&["bench", "exp", "1000", "--iters", "2", "--warmup", "0"], dir.path());
     assert!(out.status.success(), "{}", text(&out.stderr));

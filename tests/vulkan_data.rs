@@ -558,6 +558,11 @@ fn cast_every_pair_matches_the_vm() {
     }
 }
 
+/// Every 4093rd 32-bit pattern, little-endian, a whole number of quads (the last left out).
+fn every_4093rd_word() -> Vec<u8> {
+    (0..(u32::MAX / 4093) & !3).flat_map(|i| (i * 4093).to_le_bytes()).collect()
+}
+
 /// CAST of every 16-bit pattern, and of every 4093rd 32-bit pattern (a whole number of quads:
 /// the last is left out), to every dtype, against the VM's CAST on the CPU.
 #[test]
@@ -567,7 +572,7 @@ fn cast_sweeps_match_the_vm() {
         let src: Vec<u8> = if sd.size() == 2 {
             (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect()
         } else {
-            (0..(u32::MAX / 4093) & !3).flat_map(|i| (i * 4093).to_le_bytes()).collect()
+            every_4093rd_word()
         };
         let n = src.len() / sd.size();
         let x = HostTensor::from_bytes(sd, vec![n], &src).unwrap();
@@ -591,7 +596,7 @@ fn cast_sweeps_match_the_vm() {
 #[test]
 fn gelu_cast_is_gelu_then_cast() {
     let Some(ex) = exec() else { return };
-    let sweep: Vec<u8> = (0..(u32::MAX / 4093) & !3).flat_map(|i| (i * 4093).to_le_bytes()).collect();
+    let sweep = every_4093rd_word();
     for dd in DType::ALL {
         for n in [1usize, 3, 64, 1001, 4096, sweep.len() / 4] {
             let src = if n == sweep.len() / 4 { sweep.clone() } else { cast_source(DType::F32, n) };
