@@ -838,3 +838,110 @@ fn fast_unary_uses_device_math_within_its_error() {
         }
     }
 }
+
+/// The first pass of the fast tier's f32 MATMUL on bf16 cooperative matrices
+/// (`data::split_bf16`, `rows::matmul_split_bf16`), against what its pieces must be, computed
+/// here in f64: hi is a bf16 nearest to x (the one toward zero where rounding would overflow),
+/// mid a bf16 nearest to x - hi, and hi + mid + lo is exactly x; inf and NaN go whole into hi;
+/// and segment s of each output row holds piece `(pieces >> 2s) & 3` of the row's elements, from
+/// either stored layout, over batches, partial tiles and random piece orders.
+#[test]
+fn split_bf16_pieces_sum_to_the_element() {
+    let Some(ex) = exec() else { return };
+    let bf16 = |h: u32| f32::from_bits(h << 16);
+    // Whether bf16 bits h are a nearest bf16 to v (f64 distances to h's neighbours).
+    let nearest = |v: f64, h: u32| {
+        let d = (v - f64::from(bf16(h))).abs();
+        [h.wrapping_sub(1), h + 1]
+            .iter()
+            .filter(|&&n| bf16(n).is_finite() && (n ^ h) & 0x8000 == 0)
+            .all(|&n| (v - f64::from(bf16(n))).abs() >= d)
+    };
+    let mut x: Vec<f32> = (0..8000u32)
+        .map(|i| {
+            let r = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+            // Normal floats from 2^-100 to 2^100, any significand and sign.
+            f32::from_bits((r as u32 & 0x807f_ffff) | ((27 + (r >> 23) as u32 % 200) << 23))
+        })
+        .collect();
+    // Specials: infinities, NaNs (one with a payload only in its low half), the largest
+    // floats (whose nearest bf16 overflows), zeros, exact bf16 values, ties.
+    let specials = [
+        0x7f80_0000u32,
+        0xff80_0000,
+        0x7fc0_0000,
+        0x7f80_0001,
+        0xffc0_1234,
+        0x7f7f_ffff,
+        0xff7f_ffff,
+        0x0000_0000,
+        0x8000_0000,
+        0x3f80_0000,
+        0x3f80_8000,
+        0x3f81_8000,
+        0xbf80_7fff,
+        0x7f7f_8000,
+    ];
+    for (i, s) in specials.iter().enumerate() {
+        x[i * 37] = f32::from_bits(*s);
+    }
+    for (batch, rows, kdim, transposed, pieces) in [
+        (1usize, 64usize, 64usize, false, 0b00_01_00_10_01_00u32),
+        (2, 37, 90, false, 0b00_00_01_00_01_10),
+        (3, 50, 38, true, 0b00_01_00_10_01_00),
+        (1, 130, 46, true, 0b10_10_01_01_00_00),
+    ] {
+        let n = batch * rows * kdim;
+        let src = bits(&x[..n]);
+        let got = run(ex, &[&src], n * 3, |k, rec, o, ins| {
+            data::split_bf16(k, rec, o, &ins[0], batch, rows, kdim, transposed, pieces)
+        });
+        let half = |j: usize| (got[j / 2] >> (16 * (j % 2))) & 0xffff;
+        let what = format!("batch {batch}, {rows} x {kdim}, transposed {transposed}, pieces {pieces:#b}");
+        for bz in 0..batch {
+            for r in 0..rows {
+                for kk in 0..kdim {
+                    let at = if transposed { kk * rows + r } else { r * kdim + kk };
+                    let v = x[bz * rows * kdim + at];
+                    let out = |s: usize| half((bz * rows + r) * 6 * kdim + s * kdim + kk);
+                    let mut piece = [None::<u32>; 3];
+                    for s in 0..6 {
+                        let p = ((pieces >> (2 * s)) & 3) as usize;
+                        let h = out(s);
+                        assert!(
+                            piece[p].is_none_or(|q| q == h),
+                            "{what}: piece {p} of {v:e} differs between segments"
+                        );
+                        piece[p] = Some(h);
+                    }
+                    let [hi, mid, lo] =
+                        piece.map(|p| p.unwrap_or_else(|| panic!("{what}: a piece never laid out")));
+                    let ctx = format!(
+                        "{what}: {v:e} ({:#010x}) at ({bz}, {r}, {kk}) -> {hi:#06x} {mid:#06x} {lo:#06x}",
+                        v.to_bits()
+                    );
+                    if !v.is_finite() {
+                        let h = bf16(hi);
+                        assert!(mid == 0 && lo == 0, "{ctx}");
+                        assert!(if v.is_nan() { h.is_nan() } else { h == v }, "{ctx}");
+                        continue;
+                    }
+                    let v64 = f64::from(v);
+                    let sum = f64::from(bf16(hi)) + f64::from(bf16(mid)) + f64::from(bf16(lo));
+                    assert_eq!(sum, v64, "{ctx}: the pieces do not sum to the element");
+                    // From the midpoint between bf16's largest and 2^128 up, rounding would overflow.
+                    if v.to_bits() & 0x7fff_ffff >= 0x7f7f_8000 {
+                        assert_eq!(
+                            hi,
+                            v.to_bits() >> 16,
+                            "{ctx}: hi should truncate where rounding overflows"
+                        );
+                    } else {
+                        assert!(nearest(v64, hi), "{ctx}: hi is not a nearest bf16");
+                    }
+                    assert!(nearest(v64 - f64::from(bf16(hi)), mid), "{ctx}: mid is not a nearest bf16");
+                }
+            }
+        }
+    }
+}

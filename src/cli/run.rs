@@ -249,10 +249,11 @@ fn print_vulkan_info() {
                 println!("        driver: {driver}");
                 println!(
                     "        compute: {} invocations/workgroup, size {sx}x{sy}x{sz}, count {cx}x{cy}x{cz}; \
-                     storage buffer range {} bytes; subgroup {}",
+                     storage buffer range {} bytes; subgroup {}; multiprocessors {}",
                     d.max_compute_workgroup_invocations,
                     d.max_storage_buffer_range,
-                    d.subgroup_size.map_or("unknown".into(), |s| s.to_string())
+                    d.subgroup_size.map_or("unknown".into(), |s| s.to_string()),
+                    d.multiprocessors.map_or("unknown".into(), |s| s.to_string())
                 );
                 println!(
                     "        fp32 denormals: preserve {}, flush-to-zero {}; strict tier: {}",
@@ -266,9 +267,10 @@ fn print_vulkan_info() {
                 );
                 match d.coopmat {
                     Some(c) => println!(
-                        "        tensor cores (fast-tier MATMUL): {} on workgroup-scope cooperative matrices, granularity {}",
+                        "        tensor cores (fast-tier MATMUL): {} on workgroup-scope cooperative matrices, granularity {}{}",
                         if c.bf16 { "f16 and bf16" } else { "f16" },
-                        c.granularity.map(|g| g.to_string()).join("x")
+                        c.granularity.map(|g| g.to_string()).join("x"),
+                        if c.bf16 { "; large f32 ones as three bf16 pieces each" } else { "" }
                     ),
                     None => println!(
                         "        tensor cores (fast-tier MATMUL): none (f16 and bf16 widen to f32; needs VK_NV_cooperative_matrix2)"

@@ -953,6 +953,36 @@ impl Vm {
                     }
                     return Ok((Flow::Next, cost));
                 }
+                // Fast tier, large f32 matmuls: on bf16 cooperative matrices, each operand cut
+                // into three pieces (rows::matmul_split_bf16 says how, and how accurate).
+                let split = p.tier == Tier::Fast
+                    && [dt(a), dt(b), dt(dst)].iter().all(|&d| d == DType::F32)
+                    && a != dst
+                    && b != dst
+                    && self.gpu.as_ref().is_some_and(|g| rows::split_sgemm_chosen(g.exec.kernels(), &gs));
+                if let Some(bytes) = split.then(|| rows::split_scratch(&gs)).flatten() {
+                    let (va, vb) = (self.src(p, f, a)?, self.src(p, f, b)?);
+                    let vbias = match bias {
+                        Some(t) => Some((self.src_f32(p, f, t, dst, false)?, shape(f, t))),
+                        None => None,
+                    };
+                    let d = self.dst(f, dst)?;
+                    let g = self.gpu.as_mut().expect("device");
+                    let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
+                    let pieces = [g.scratch(bytes[0])?, g.scratch(bytes[1])?];
+                    rows::matmul_split_bf16(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        &gs,
+                        act,
+                        &d,
+                        &va,
+                        &vb,
+                        bias,
+                        [&pieces[0], &pieces[1]],
+                    )?;
+                    return Ok((Flow::Next, cost));
+                }
                 let va = self.src_f32(p, f, a, dst, false)?;
                 let vb = self.src_f32(p, f, b, dst, false)?;
                 let vbias = match bias {

@@ -86,6 +86,9 @@ pub struct DeviceInfo {
     /// Workgroup-scope cooperative matrices for the fast tier's f16 and bf16 MATMUL, where the
     /// device has them (and `ADEADVM_VULKAN_COOPMAT` is not `0`).
     pub coopmat: Option<Coopmat2>,
+    /// Streaming multiprocessors (VK_NV_shader_sm_builtins' shaderSMCount), where the device
+    /// reports them: how many workgroups run at once, for choices that count waves of them.
+    pub multiprocessors: Option<u32>,
 }
 
 impl DeviceInfo {
@@ -212,6 +215,7 @@ pub(crate) fn describe(
         subgroup_shuffle: false,
         has_compute_queue,
         coopmat: None,
+        multiprocessors: None,
     };
     // The 1.1/1.2 property structs need both the instance and the device at 1.2.
     if instance_api >= vk::API_VERSION_1_2 && dev_api >= vk::API_VERSION_1_2 {
@@ -236,6 +240,17 @@ pub(crate) fn describe(
         info.driver_info = cstr_field(&drv.driver_info);
     }
     let exts = device_extensions(instance, pd);
+    if instance_api >= vk::API_VERSION_1_1
+        && dev_api >= vk::API_VERSION_1_1
+        && offers(&exts, ash::nv::shader_sm_builtins::NAME)
+    {
+        let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+        let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut sm);
+        // SAFETY: the device offers VK_NV_shader_sm_builtins, whose property struct is the only
+        // one in the chain; both live across the call, on a 1.1 instance and device.
+        unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
+        info.multiprocessors = Some(sm.shader_sm_count).filter(|&n| n > 0);
+    }
     info.coopmat = coopmat2::probe(entry, instance, instance_api, pd, &info, |name| offers(&exts, name));
     info
 }

@@ -31,6 +31,8 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "unpack16",
     "pack16",
     "transpose16",
+    "sgemm_split_pieces",
+    "sgemm_split_finish",
     "strided_copy",
     "gather",
     "softmax",
@@ -144,7 +146,10 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
 /// Whether shader `name` runs only in the fast tier: it may fuse (FMA) and need not repeat the
 /// CPU's bits, so the strict-arithmetic checks of tests/vulkan.rs skip it.
 pub fn fast_only(name: &str) -> bool {
-    name.starts_with("gemm_fast_") || name.contains("_fast") || name.starts_with("coopmat")
+    name.starts_with("gemm_fast_")
+        || name.contains("_fast")
+        || name.starts_with("coopmat")
+        || name.starts_with("sgemm_split_")
 }
 
 /// Most specialization constants a built-in kernel takes.

@@ -496,6 +496,44 @@ pub fn transpose16(
     rec.dispatch(&k.get("transpose16")?, &[Binding::write(dst), Binding::read(src)], &push, groups)
 }
 
+/// Cuts `batch` f32 matrices of [`rows`, `k`] (or [`k`, `rows`] where `transposed`) into three
+/// bf16 pieces each (hi, mid, lo, whose sum is exactly the element; shaders/sgemm_split_pieces.comp
+/// says how) laid out as `batch` matrices of [`rows`, 6·`k`] bf16: segment s of a row holds
+/// piece `(pieces >> 2s) & 3` (0 hi, 1 mid, 2 lo) of each of its k elements. `k` is even. The
+/// first pass of [`super::rows::matmul_split_bf16`]; `dst` holds 12 bytes an element of `src`.
+#[allow(clippy::too_many_arguments)]
+pub fn split_bf16(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    src: &Slice,
+    batch: usize,
+    rows: usize,
+    kdim: usize,
+    transposed: bool,
+    pieces: u32,
+) -> Result<(), VulkanError> {
+    if !kdim.is_multiple_of(2) {
+        return Err(invalid(format!("split_bf16 takes an even k, not {kdim}")));
+    }
+    if (0..6).any(|s| (pieces >> (2 * s)) & 3 == 3) || pieces >> 12 != 0 {
+        return Err(invalid(format!("split_bf16: {pieces:#x} is not six piece indices 0 to 2")));
+    }
+    let elems = count(&[batch, rows, kdim]).ok_or_else(|| invalid("split_bf16: too many elements".into()))?;
+    if elems == 0 {
+        return Ok(());
+    }
+    to_u32(elems * 3, "the output's word count")?;
+    fits(dst, "the destination", elems * 3)?;
+    fits(src, "the source", elems)?;
+    const TILE: u64 = 64; // shaders/sgemm_split_pieces.comp
+    let tiles = batch as u64 * (rows as u64).div_ceil(TILE) * (kdim as u64).div_ceil(TILE);
+    let groups = super::rows::grid(rec, &super::rows::Tuning::default(), tiles)?;
+    let push = [batch as u32, rows as u32, kdim as u32, pieces];
+    let kernel = k.specialized("sgemm_split_pieces", &[u32::from(transposed)])?;
+    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(src)], &push, groups)
+}
+
 /// For every multi-index `c` over `shape` (rank <= 8; rank 0 is one element):
 /// `dst[dst_offset + Σ c·dst_strides] = src[src_offset + Σ c·src_strides]`, 32-bit elements
 /// copied as bits; offsets and strides count elements. The VM builds COPY/RESHAPE, SLICE,

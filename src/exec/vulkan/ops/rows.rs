@@ -782,6 +782,181 @@ pub fn coopmat_runs(k: &Kernels, operands: DType) -> bool {
     k.device().has_coopmat(operands)
 }
 
+/// The segments of k of [`matmul_split_bf16`]'s bf16 GEMM: (a's piece, b's piece) of the
+/// products each sums (0 hi, 1 mid, 2 lo; shaders/sgemm_split_pieces.comp), the smallest first, so that
+/// the corrections are summed among themselves before the leading products join them.
+pub const SPLIT_SEGMENTS: [(u32, u32); 6] = [(2, 0), (1, 1), (0, 2), (1, 0), (0, 1), (0, 0)];
+
+/// Most scratch bytes [`matmul_split_bf16`] takes; a larger matmul runs the register-tiled kernel.
+pub const SPLIT_SCRATCH_MAX: u64 = 4 << 30;
+
+/// The `pieces` argument of [`data::split_bf16`] for operand `i` (0: a, 1: b).
+fn split_pieces(i: usize) -> u32 {
+    SPLIT_SEGMENTS
+        .iter()
+        .enumerate()
+        .map(|(s, &(pa, pb))| (if i == 0 { pa } else { pb }) << (2 * s))
+        .fold(0, |acc, v| acc | v)
+}
+
+/// The bytes of scratch memory [`matmul_split_bf16`] takes for each operand (a, b) of `g`: its
+/// three bf16 pieces, six segments of k, 12 bytes an element. None where it cannot run `g`: k
+/// odd, or an operand's pieces past the kernels' 2^31 elements.
+pub fn split_scratch(g: &MatmulShape) -> Option<[u64; 2]> {
+    let (ra, rb) = (g.a.len(), g.b.len());
+    if ra < 2 || rb < 2 {
+        return None;
+    }
+    let k = if g.ta { g.a[ra - 2] } else { g.a[ra - 1] };
+    let elems = |s: &[usize]| s.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+    let (na, nb) = (elems(&g.a)?, elems(&g.b)?);
+    if !k.is_multiple_of(2) || na.max(nb).checked_mul(6)? > MAX_ELEMS {
+        return None;
+    }
+    Some([na * 12, nb * 12])
+}
+
+/// Whether the fast tier's f32 matmul `g` runs as [`matmul_split_bf16`] on `k`'s device rather
+/// than on the register-tiled FMA kernel: where the device has bf16 cooperative matrices,
+/// [`split_scratch`] allows it within [`SPLIT_SCRATCH_MAX`], and the six bf16 products beat the
+/// FMA kernel there ([`split_pays`]); or always (`1`) or never (`0`) with
+/// `ADEADVM_VULKAN_SGEMM_SPLIT`.
+pub fn split_sgemm_chosen(k: &Kernels, g: &MatmulShape) -> bool {
+    let Some(bytes) = split_scratch(g) else { return false };
+    if !coopmat_runs(k, DType::Bf16) || bytes[0] + bytes[1] > SPLIT_SCRATCH_MAX {
+        return false;
+    }
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("ADEADVM_VULKAN_SGEMM_SPLIT").ok()?.trim() {
+        "0" => Some(false),
+        "1" => Some(true),
+        other => {
+            eprintln!("adeadvm: ignoring ADEADVM_VULKAN_SGEMM_SPLIT={other:?}: not 0 or 1");
+            None
+        }
+    });
+    if let Some(f) = *forced {
+        return f;
+    }
+    let Ok(plan) = MatmulPlan::new(g, None) else { return false };
+    let sms = k.device().info().multiprocessors.unwrap_or(SPLIT_DEFAULT_MULTIPROCESSORS);
+    split_pays(plan.tiles(128u64, 128u64), u64::from(plan.k), u64::from(sms))
+}
+
+/// Whether the split bf16 GEMM beats the FMA kernel on a matmul of `tiles` 128x128 output tiles
+/// and `k`, on `sms` multiprocessors: both kernels take 128x128 tiles at these sizes, two
+/// workgroups a multiprocessor for the bf16 GEMM and one for the FMA kernel, and a last wave of
+/// workgroups that leaves multiprocessors idle costs the bf16 GEMM a whole wave of its six
+/// products. Measured on an H200 (132 multiprocessors; TFLOP/s FMA against split, `M x N x K`,
+/// 30 MATMULs a run): 4096^2 x 256 31.6 / 28.2, x 512 34.1 / 36.5, x 1024 35.6 / 43.0, x 4096
+/// 36.6 / 48.5; 4096 x 1024 x 4096 36.5 / 40.6, 1024 x 4096 x 4096 36.5 / 41.3; 8192 x 3072 x 768
+/// 35.2 / 43.2, 8192^2 37.1 / 43.8, 3072^2 32.7 / 39.8, 2048^2 34.7 / 40.8; and where it keeps
+/// the FMA kernel: 2048^2 x 512 33.3 / 32.4, 8192 x 768 x 768 34.7 / 28.1, 8192 x 768 x 3072 36.5 /
+/// 33.3 (384 tiles: one and a half waves), 2048 x 1024 x 4096 29.8 / 27.6, 2048 x 1024 x 1024 28.5
+/// / 25.4, 1024^2 x 4096 29.5 / 17.5, 1280^3 22.7 / 21.5, 1024^2 27.1 / 18.6 (1536^3, 144 tiles,
+/// 22.2 / 24.7, is left to the FMA kernel too).
+fn split_pays(tiles: u64, k: u64, sms: u64) -> bool {
+    // The share of a kernel's waves that are full, with `slots` workgroups running at once.
+    let full = |slots: u64| tiles as f64 / (tiles.div_ceil(slots) * slots) as f64;
+    let sms = sms.max(1);
+    tiles >= SPLIT_MIN_TILES
+        && (k >= 1024 || (k >= 512 && tiles >= 2 * SPLIT_MIN_TILES))
+        && full(2 * sms) >= 0.8 * full(sms)
+}
+
+/// Fewest 128x128 output tiles for which [`split_pays`].
+const SPLIT_MIN_TILES: u64 = 256;
+
+/// Multiprocessors assumed where the device does not say (an H100's or H200's).
+const SPLIT_DEFAULT_MULTIPROCESSORS: u32 = 132;
+
+/// The fast tier's f32 MATMUL on bf16 cooperative matrices (`g`, `act`, the bias as for
+/// [`matmul`]; f32 `a`, `b` and `dst`, which must not overlap either operand). Each operand is
+/// cut into three bf16 pieces whose sum is exactly it ([`data::split_bf16`]), and one bf16 GEMM
+/// over six segments of k ([`SPLIT_SEGMENTS`]) sums every product of pieces but the three
+/// smallest, which are at most 2^-23 |a·b| together: an f32 GEMM's accuracy (an f32 product
+/// alone rounds by up to 2^-24 |a·b|), not the bits of the FMA kernel. A last pass
+/// (shaders/sgemm_split_finish.comp) sums again, by FMA in f32, every output that came out inf
+/// or NaN (an inf operand times a zero piece gives NaN where an f32 product gives inf), then
+/// adds the bias and the activation as the FMA kernel's finish does; GELU runs after it.
+/// `scratch` holds [`split_scratch`]'s bytes for a and for b. The same bits run to run on one
+/// device and driver.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_split_bf16(
+    k: &Kernels,
+    rec: &mut Recorder,
+    g: &MatmulShape,
+    act: Act,
+    dst: &Slice,
+    a: &Slice,
+    b: &Slice,
+    bias: Option<(&Slice, &[usize])>,
+    scratch: [&Slice; 2],
+) -> Result<(), VulkanError> {
+    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
+    let Some(bytes) = split_scratch(g) else {
+        return Err(invalid(format!(
+            "the split bf16 GEMM takes an even k and operands of fewer than 2^31 / 6 elements (a {:?}, b {:?})",
+            g.a, g.b
+        )));
+    };
+    check_len("matmul a", a, plan.a_elems)?;
+    check_len("matmul b", b, plan.b_elems)?;
+    check_len("matmul destination", dst, plan.out_elems)?;
+    if let Some((s, _)) = bias {
+        check_len("matmul bias", s, plan.bias_elems)?;
+    }
+    for (s, want) in scratch.iter().zip(bytes) {
+        if s.len != want {
+            return Err(invalid(format!(
+                "split bf16 scratch: a slice of {} bytes where {want} were expected",
+                s.len
+            )));
+        }
+    }
+    if plan.out_elems == 0 {
+        return Ok(());
+    }
+    let (m, n, kk) = (plan.m as usize, plan.n as usize, plan.k as usize);
+    // The pieces: a as [.., M, 6K], b as [.., N, 6K] (k contiguous on both, as the
+    // cooperative-matrix kernel reads fastest).
+    let mut split = g.clone();
+    for (i, (src, out)) in [a, b].into_iter().zip(scratch).enumerate() {
+        let (stored, rows, transposed) = if i == 0 { (&g.a, m, g.ta) } else { (&g.b, n, !g.tb) };
+        let r = stored.len();
+        let batch: usize = stored[..r - 2].iter().product();
+        data::split_bf16(k, rec, out, src, batch, rows, kk, transposed, split_pieces(i))?;
+        let shape = if i == 0 { &mut split.a } else { &mut split.b };
+        shape[r - 2] = rows;
+        shape[r - 1] = 6 * kk;
+    }
+    split.ta = false;
+    split.tb = true;
+    matmul_coopmat(
+        k,
+        rec,
+        &split,
+        Act::None,
+        DType::Bf16,
+        dst,
+        false,
+        scratch[0],
+        scratch[1],
+        None,
+        [None, None],
+    )?;
+    let act_code = u32::from(act == Act::Relu);
+    let push = plan.push_constants(g, act_code, bias.is_some(), 0);
+    let bias_slice = bias.map_or(a, |(s, _)| s);
+    let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
+    let groups = grid(rec, &Tuning::default(), plan.out_elems.div_ceil(256))?;
+    rec.dispatch(&k.get("sgemm_split_finish")?, &bindings, &push, groups)?;
+    if act == Act::Gelu {
+        gelu_after(k, rec, Tier::Fast, dst, plan.out_elems)?;
+    }
+    Ok(())
+}
+
 /// Whether the strict GEMM may leave flushing its sums to the hardware on this device (the
 /// `HW_FTZ` constant of shaders/include/gemm.glsl): probed once per device by running the
 /// kernel that way on partial sums that are denormals of both signs, carried on into a further
@@ -1490,6 +1665,40 @@ mod tests {
         };
         let differ = (0..m * n).filter(|&o| flushed[o].to_bits() != kept(o / n, o % n).to_bits()).count();
         assert!(differ > m * n / 2, "only {differ} of {} outputs tell flushing from keeping", m * n);
+    }
+
+    /// split_pays picks, for each shape measured on the H200 (132 multiprocessors), the kernel
+    /// that ran faster there, except 2048^2 x 512 (3% slower) and 1536^3 (11% faster, left out).
+    #[test]
+    fn split_pays_where_it_measured_faster() {
+        let tiles = |m: u64, n: u64| m.div_ceil(128) * n.div_ceil(128);
+        let cases = [
+            ((4096, 4096, 256), false),
+            ((4096, 4096, 512), true),
+            ((4096, 4096, 1024), true),
+            ((4096, 4096, 4096), true),
+            ((4096, 1024, 4096), true),
+            ((1024, 4096, 4096), true),
+            ((8192, 3072, 768), true),
+            ((8192, 8192, 8192), true),
+            ((3072, 3072, 3072), true),
+            ((2048, 2048, 2048), true),
+            ((8192, 768, 768), false),
+            ((8192, 768, 3072), false),
+            ((2048, 1024, 4096), false),
+            ((2048, 1024, 1024), false),
+            ((1024, 1024, 4096), false),
+            ((1280, 1280, 1280), false),
+            ((1024, 1024, 1024), false),
+        ];
+        for ((m, n, k), want) in cases {
+            assert_eq!(split_pays(tiles(m, n), k, 132), want, "{m} x {n} x {k}");
+        }
+        // The pieces' segments: every product but mid*lo, lo*mid and lo*lo, each once.
+        let mut seen: Vec<(u32, u32)> = SPLIT_SEGMENTS.to_vec();
+        seen.sort();
+        assert_eq!(seen, vec![(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0)]);
+        assert_eq!(split_pieces(0) & 3, 2, "segment 0 takes a's lo");
     }
 
     #[test]
