@@ -13,10 +13,17 @@
 // x is `batch` matrices of [rows, k] (TRANS = 0: k contiguous) or [k, rows] (TRANS = 1) f32;
 // y is `batch` matrices of [rows, 6k] bf16, two a word (element 2j is the low half of word j):
 // y[b][r][s*k + kk] = piece(s) of x at (b, r, kk), piece(s) = (p.pieces >> 2s) & 3 (0 hi, 1 mid,
-// 2 lo). k is even, so every word holds two elements of one segment. Inf and NaN go whole into
-// hi (a NaN stays a NaN) with mid = lo = 0; the second pass (shaders/sgemm_split_finish.comp)
-// recomputes every output that comes out inf or NaN, whose dot products an inf times a zero
-// piece may have turned to NaN.
+// 2 lo). k is even, so every word holds two elements of one segment.
+//
+// The pieces are exact and normal where x is a normal float of magnitude 2^-103 or more (lo's
+// lowest bit, 2^-23 of x's leading one, is then a normal float's). Elsewhere they are not what
+// the GEMM needs: below 2^-103 mid and lo may be denormal, which NVIDIA flushes (a product of
+// such an x with a huge partner would lose up to 2^-8 of itself), and inf and NaN go whole into
+// hi (a NaN stays a NaN) with mid = lo = 0, where an inf times a zero piece of its partner gives
+// NaN. So such an element sets its row's word in `flag` (zeroed before; f32 denormals, which
+// every f32 kernel on NVIDIA flushes to zero, do not), and the last pass
+// (shaders/sgemm_split_finish.comp) sums every output of a flagged row of a or column of b
+// again in f32.
 //
 // A workgroup moves a 64 x 64 tile (rows by k) through shared memory, cut as it is stored: its
 // loads take whole runs of 64 words of the contiguous axis, its stores whole runs of 32 words.
@@ -25,6 +32,7 @@ layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool TRANS = false;
 layout(set = 0, binding = 0) writeonly buffer Y { uint y[]; };
 layout(set = 0, binding = 1) readonly buffer X { float x[]; };
+layout(set = 0, binding = 2) buffer F { uint flag[]; }; // [batch][rows]
 layout(push_constant) uniform P {
     uint batch;
     uint rows;
@@ -79,6 +87,10 @@ void main() {
         uint gr = r0 + r, gk = k0 + kk;
         if (gr < p.rows && gk < p.k) {
             float v = TRANS ? x[x_base + gk * p.rows + gr] : x[x_base + gr * p.k + gk];
+            uint e = (floatBitsToUint(v) >> 23) & 0xffu;
+            if (e == 0xffu || (e != 0u && e < 24u)) {
+                flag[bz * p.rows + gr] = 1u; // the same word from every writer
+            }
             uvec3 c = pieces(v);
             hi_mid[r * STRIDE + kk] = c.x | (c.y << 16);
             lo[r * STRIDE + kk] = c.z;

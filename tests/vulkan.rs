@@ -253,8 +253,8 @@ fn reflected_interfaces() {
         ("pack16", 2, 4),
         ("strided_copy", 2, 112),
         ("gather", 4, 20),
-        ("sgemm_split_pieces", 2, 16),
-        ("sgemm_split_finish", 4, 124),
+        ("sgemm_split_pieces", 3, 16),
+        ("sgemm_split_finish", 6, 124),
     ];
     for (name, bytes) in SHADERS {
         let words = vulkan::spirv_words(bytes).unwrap();

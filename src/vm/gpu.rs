@@ -969,7 +969,12 @@ impl Vm {
                     let d = self.dst(f, dst)?;
                     let g = self.gpu.as_mut().expect("device");
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
-                    let pieces = [g.scratch(bytes[0])?, g.scratch(bytes[1])?];
+                    let s = [
+                        g.scratch(bytes[0])?,
+                        g.scratch(bytes[1])?,
+                        g.scratch(bytes[2])?,
+                        g.scratch(bytes[3])?,
+                    ];
                     rows::matmul_split_bf16(
                         g.exec.kernels(),
                         &mut g.rec,
@@ -979,7 +984,7 @@ impl Vm {
                         &va,
                         &vb,
                         bias,
-                        [&pieces[0], &pieces[1]],
+                        [&s[0], &s[1], &s[2], &s[3]],
                     )?;
                     return Ok((Flow::Next, cost));
                 }

@@ -499,13 +499,16 @@ pub fn transpose16(
 /// Cuts `batch` f32 matrices of [`rows`, `k`] (or [`k`, `rows`] where `transposed`) into three
 /// bf16 pieces each (hi, mid, lo, whose sum is exactly the element; shaders/sgemm_split_pieces.comp
 /// says how) laid out as `batch` matrices of [`rows`, 6·`k`] bf16: segment s of a row holds
-/// piece `(pieces >> 2s) & 3` (0 hi, 1 mid, 2 lo) of each of its k elements. `k` is even. The
-/// first pass of [`super::rows::matmul_split_bf16`]; `dst` holds 12 bytes an element of `src`.
+/// piece `(pieces >> 2s) & 3` (0 hi, 1 mid, 2 lo) of each of its k elements. `k` is even. A row
+/// holding an inf, a NaN or a normal float below 2^-103 (whose pieces the GEMM cannot use) sets
+/// its word of `flags` (`batch` x `rows` words, zeroed before) to 1. The first pass of
+/// [`super::rows::matmul_split_bf16`]; `dst` holds 12 bytes an element of `src`.
 #[allow(clippy::too_many_arguments)]
 pub fn split_bf16(
     k: &Kernels,
     rec: &mut Recorder,
     dst: &Slice,
+    flags: &Slice,
     src: &Slice,
     batch: usize,
     rows: usize,
@@ -525,13 +528,14 @@ pub fn split_bf16(
     }
     to_u32(elems * 3, "the output's word count")?;
     fits(dst, "the destination", elems * 3)?;
+    fits(flags, "the row flags", batch as u64 * rows as u64)?;
     fits(src, "the source", elems)?;
     const TILE: u64 = 64; // shaders/sgemm_split_pieces.comp
     let tiles = batch as u64 * (rows as u64).div_ceil(TILE) * (kdim as u64).div_ceil(TILE);
     let groups = super::rows::grid(rec, &super::rows::Tuning::default(), tiles)?;
     let push = [batch as u32, rows as u32, kdim as u32, pieces];
     let kernel = k.specialized("sgemm_split_pieces", &[u32::from(transposed)])?;
-    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(src)], &push, groups)
+    rec.dispatch(&kernel, &[Binding::write(dst), Binding::read(src), Binding::write(flags)], &push, groups)
 }
 
 /// For every multi-index `c` over `shape` (rank <= 8; rank 0 is one element):
