@@ -9,6 +9,9 @@
 //!   flush of the strict one is a specialization constant); in the fast tier with FMA (the same
 //!   bits run to run, not the CPU's). GELU: the same kernel with the bias, then UNARY's GELU over
 //!   the output in place (`act(add(acc, bias))` either way: the strict GELU of what it stored).
+//!   Large fast-tier matmuls on devices with bf16 cooperative matrices take
+//!   [`matmul_split_bf16`] instead (three bf16 pieces an operand: an f32 GEMM's accuracy, not
+//!   the FMA kernel's bits).
 //! - the row kernels (`shaders/{softmax,layernorm,rmsnorm}.comp` and their one-pass forms) follow the fixed
 //!   256-lane tree of `numerics::reduce` (`shaders/include/rowtree.glsl`): lane `j` accumulates
 //!   elements `j, j+256, ...` in order, then the halving levels 128..1. A row is shared by
