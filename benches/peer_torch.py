@@ -11,7 +11,9 @@ adeadvm's: above 1 means adeadvm is faster; the last column is issue 6's target 
 The dispatch row compares the cost per instruction of a chain of 1000 dependent 1-element ADDs
 (`adeadvm bench dispatch`: recording, one submit and the GPU's barriers, wall time) with
 PyTorch's 1000 dependent eager adds (wall time, synchronized at the end). Absolute times drift;
-read the ratios of one run.
+read the ratios of one run. adeadvm's fast-tier SGEMM runs large shapes on the tensor cores as
+three bf16 pieces an operand, with about four times the FMA kernel's average error:
+benches/sgemm_accuracy.py compares the accuracy, ADEADVM_VULKAN_SGEMM_SPLIT=0 keeps the FMA kernel.
 """
 
 import argparse

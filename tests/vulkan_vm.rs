@@ -784,3 +784,66 @@ fn fast_16bit_matmul_on_cooperative_matrices() {
         }
     }
 }
+
+/// A large fast-tier f32 MATMUL runs as three bf16 pieces an operand on the device's cooperative
+/// matrices where it has them (`rows::split_sgemm_chosen`; the shape is one it takes): with the
+/// bias and RELU, within an f32 dot product's error bound (k·2^-24 Σ|a·b|, plus the bias's and
+/// the result's roundings) of the CPU's fast result, not its bits, and the same bits on a second
+/// run.
+#[test]
+fn fast_f32_matmul_on_bf16_pieces() {
+    let (m, n, k) = (2048, 2048, 1024);
+    let p = build(&format!(
+        ".tier fast\n.input %a f32[{m}, {k}]\n.input %b f32[{k}, {n}]\n.input %c f32[{n}]\n.output y f32[{m}, {n}]\n\
+         ALLOC %y: f32[{m}, {n}]\nMATMUL %y, %a, %b, bias=%c, act=relu\nSTORE y, %y\nFREE %y\n"
+    ));
+    if !vulkan() {
+        return;
+    }
+    let dev = adeadvm::vm::shared_device().unwrap();
+    let g = adeadvm::exec::cpu::reference::MatmulShape {
+        a: vec![m, k],
+        b: vec![k, n],
+        out: vec![m, n],
+        ta: false,
+        tb: false,
+    };
+    if !adeadvm::exec::vulkan::ops::rows::split_sgemm_chosen(dev.kernels(), &g) {
+        println!("skipped: {} does not run this matmul as bf16 pieces", dev.device().info().name);
+        return;
+    }
+    let (va, vb, vc) =
+        (Rng(11).vec(m * k, -2.0, 2.0), Rng(12).vec(k * n, -2.0, 2.0), Rng(13).vec(n, -1.0, 1.0));
+    let inputs = [
+        ("a", HostTensor::from_f32(vec![m, k], &va).unwrap()),
+        ("b", HostTensor::from_f32(vec![k, n], &vb).unwrap()),
+        ("c", HostTensor::from_f32(vec![n], &vc).unwrap()),
+    ];
+    let want = run_with(&p, &inputs, cpu()).unwrap()["y"].to_f32().unwrap();
+    let got = run_with(&p, &inputs, gpu()).unwrap()["y"].clone();
+    assert_eq!(got.bytes(), run_with(&p, &inputs, gpu()).unwrap()["y"].bytes(), "not repeatable");
+    let got = got.to_f32().unwrap();
+    // Σ|a·b| of every output, row by row.
+    let mut scale = vec![0f32; m * n];
+    for i in 0..m {
+        for kk in 0..k {
+            let x = va[i * k + kk].abs();
+            for (s, y) in scale[i * n..(i + 1) * n].iter_mut().zip(&vb[kk * n..(kk + 1) * n]) {
+                *s += x * y.abs();
+            }
+        }
+    }
+    let mut differ = 0;
+    for i in 0..m {
+        for j in 0..n {
+            let scale = scale[i * n + j];
+            let (w, g) = (want[i * n + j], got[i * n + j]);
+            // Both results carry up to k·2^-24 Σ|a·b| each; RELU only clamps.
+            let bound = 2.0 * (k + 2) as f32 * 2f32.powi(-24) * scale + 2f32.powi(-23) * w.abs();
+            assert!((w - g).abs() <= bound, "element ({i}, {j}): cpu {w}, vulkan {g}, bound {bound}");
+            differ += usize::from(w.to_bits() != g.to_bits());
+        }
+    }
+    // The CPU's FMA sums are not the tensor cores': most bits differ.
+    assert!(differ > m * n / 4, "only {differ} of {} outputs differ from the CPU's", m * n);
+}

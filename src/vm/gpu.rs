@@ -532,6 +532,26 @@ impl Vm {
         Ok(arena_slice(g, r.start as u64, r.len() as u64)?)
     }
 
+    /// A MATMUL's operands as stored (the kernels that read them so never share the
+    /// destination), its bias as f32 words with its shape, and its destination.
+    #[allow(clippy::type_complexity)]
+    fn matmul_stored_operands(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        a: TensorId,
+        b: TensorId,
+        bias: Option<TensorId>,
+        dst: TensorId,
+    ) -> Result<(Slice, Slice, Option<(Slice, Vec<usize>)>, Slice), VmError> {
+        let (va, vb) = (self.src(p, f, a)?, self.src(p, f, b)?);
+        let vbias = match bias {
+            Some(t) => Some((self.src_f32(p, f, t, dst, false)?, f.shapes[t.0 as usize].clone())),
+            None => None,
+        };
+        Ok((va, vb, vbias, self.dst(f, dst)?))
+    }
+
     /// Source `t` as f32 words: widened into scratch unless it is f32; copied into scratch
     /// when it is the destination of a kernel that is not elementwise.
     fn src_f32(
@@ -914,12 +934,7 @@ impl Vm {
                     && b != dst
                     && self.gpu.as_ref().is_some_and(|g| rows::coopmat_runs(g.exec.kernels(), operands));
                 if coopmat {
-                    let (va, vb) = (self.src(p, f, a)?, self.src(p, f, b)?);
-                    let vbias = match bias {
-                        Some(t) => Some((self.src_f32(p, f, t, dst, false)?, shape(f, t))),
-                        None => None,
-                    };
-                    let d = self.dst(f, dst)?;
+                    let (va, vb, vbias, d) = self.matmul_stored_operands(p, f, a, b, bias, dst)?;
                     let g = self.gpu.as_mut().expect("device");
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
                     let mut restaged = [None, None];
@@ -961,12 +976,7 @@ impl Vm {
                     && b != dst
                     && self.gpu.as_ref().is_some_and(|g| rows::split_sgemm_chosen(g.exec.kernels(), &gs));
                 if let Some(bytes) = split.then(|| rows::split_scratch(&gs)).flatten() {
-                    let (va, vb) = (self.src(p, f, a)?, self.src(p, f, b)?);
-                    let vbias = match bias {
-                        Some(t) => Some((self.src_f32(p, f, t, dst, false)?, shape(f, t))),
-                        None => None,
-                    };
-                    let d = self.dst(f, dst)?;
+                    let (va, vb, vbias, d) = self.matmul_stored_operands(p, f, a, b, bias, dst)?;
                     let g = self.gpu.as_mut().expect("device");
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
                     let s = [
