@@ -979,24 +979,22 @@ impl Vm {
                     let (va, vb, vbias, d) = self.matmul_stored_operands(p, f, a, b, bias, dst)?;
                     let g = self.gpu.as_mut().expect("device");
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
-                    let s = [
-                        g.scratch(bytes[0])?,
-                        g.scratch(bytes[1])?,
-                        g.scratch(bytes[2])?,
-                        g.scratch(bytes[3])?,
-                    ];
-                    rows::matmul_split_bf16(
-                        g.exec.kernels(),
-                        &mut g.rec,
-                        &gs,
-                        act,
-                        &d,
-                        &va,
-                        &vb,
-                        bias,
-                        [&s[0], &s[1], &s[2], &s[3]],
-                    )?;
-                    return Ok((Flow::Next, cost));
+                    // Where the device cannot hold the pieces, the FMA kernel below runs instead.
+                    let s: Result<Vec<Slice>, VmError> = bytes.iter().map(|&n| g.scratch(n)).collect();
+                    if let Ok(s) = s {
+                        rows::matmul_split_bf16(
+                            g.exec.kernels(),
+                            &mut g.rec,
+                            &gs,
+                            act,
+                            &d,
+                            &va,
+                            &vb,
+                            bias,
+                            [&s[0], &s[1], &s[2], &s[3]],
+                        )?;
+                        return Ok((Flow::Next, cost));
+                    }
                 }
                 let va = self.src_f32(p, f, a, dst, false)?;
                 let vb = self.src_f32(p, f, b, dst, false)?;

@@ -790,7 +790,8 @@ pub fn coopmat_runs(k: &Kernels, operands: DType) -> bool {
 /// the corrections are summed among themselves before the leading products join them.
 pub const SPLIT_SEGMENTS: [(u32, u32); 6] = [(2, 0), (1, 1), (0, 2), (1, 0), (0, 1), (0, 0)];
 
-/// Most scratch bytes [`matmul_split_bf16`] takes; a larger matmul runs the register-tiled kernel.
+/// Most scratch bytes [`matmul_split_bf16`] takes (and at most an eighth of the device's memory);
+/// a larger matmul runs the register-tiled kernel.
 pub const SPLIT_SCRATCH_MAX: u64 = 4 << 30;
 
 /// The `pieces` argument of [`data::split_bf16`] for operand `i` (0: a, 1: b).
@@ -823,12 +824,15 @@ pub fn split_scratch(g: &MatmulShape) -> Option<[u64; 4]> {
 
 /// Whether the fast tier's f32 matmul `g` runs as [`matmul_split_bf16`] on `k`'s device rather
 /// than on the register-tiled FMA kernel: where the device has bf16 cooperative matrices,
-/// [`split_scratch`] allows it within [`SPLIT_SCRATCH_MAX`], and the six bf16 products beat the
+/// [`split_scratch`] allows it within [`SPLIT_SCRATCH_MAX`] and an eighth of the device's
+/// memory, and the six bf16 products beat the
 /// FMA kernel there ([`split_pays`]); or always (`1`) or never (`0`) with
 /// `ADEADVM_VULKAN_SGEMM_SPLIT`.
 pub fn split_sgemm_chosen(k: &Kernels, g: &MatmulShape) -> bool {
     let Some(bytes) = split_scratch(g) else { return false };
-    if !coopmat_runs(k, DType::Bf16) || bytes.iter().sum::<u64>() > SPLIT_SCRATCH_MAX {
+    let device_bytes = k.device().info().device_local_bytes;
+    let most = if device_bytes > 0 { SPLIT_SCRATCH_MAX.min(device_bytes / 8) } else { SPLIT_SCRATCH_MAX };
+    if !coopmat_runs(k, DType::Bf16) || bytes.iter().sum::<u64>() > most {
         return false;
     }
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
