@@ -1,5 +1,7 @@
 //! The command line as a user meets it: exit statuses, messages, files written.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -220,6 +222,41 @@ fn bench_runs_and_refuses_what_does_not_fit() {
     let out = adeadvm(&["bench", "matmul", "8", "--act", "gelu", "--iters", "1", "--json"], dir.path());
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("\"act\":\"gelu\""), "{}", text(&out.stdout));
+    // The fast tier's Vulkan SGEMM names the GEMM it took (a device without bf16 cooperative
+    // matrices, such as lavapipe, keeps the FMA kernel; a large one on NVIDIA takes the pieces).
+    if let Some(ex) = common::vk::exec() {
+        let out = adeadvm(
+            &["bench", "matmul", "64", "--tier", "fast", "--backend", "vulkan", "--iters", "1", "--json"],
+            dir.path(),
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let pieces = ex.device().has_coopmat(adeadvm::isa::DType::Bf16);
+        assert!(text(&out.stdout).contains("\"gemm\":\"fma\""), "{}", text(&out.stdout));
+        if pieces {
+            let out = adeadvm(
+                &[
+                    "bench",
+                    "matmul",
+                    "4096",
+                    "--tier",
+                    "fast",
+                    "--backend",
+                    "vulkan",
+                    "--iters",
+                    "1",
+                    "--warmup",
+                    "0",
+                ],
+                dir.path(),
+            );
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert!(
+                text(&out.stdout).contains("(f32 on the tensor cores, three bf16 pieces an operand)"),
+                "{}",
+                text(&out.stdout)
+            );
+        }
+    }
     let out = adeadvm(&["bench", "exp", "8", "--act", "relu"], dir.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(

@@ -359,6 +359,23 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let level = vm.simd_level().name();
     let mut shape_json =
         if is_matmul { format!("\"layout\":\"{}\",\"act\":\"{}\",", a.layout, a.act) } else { String::new() };
+    // Which f32 GEMM the fast tier's Vulkan MATMUL took: the FMA kernel, or the tensor cores
+    // with three bf16 pieces an operand (rows::split_sgemm_chosen; it depends on the sizes only).
+    let fast_vulkan_sgemm = matches!(a.kernel, Kernel::Matmul) && tier == Tier::Fast && a.backend == "vulkan";
+    let split_gemm = fast_vulkan_sgemm && {
+        let g = adeadvm::exec::cpu::reference::MatmulShape {
+            a: vec![n, n],
+            b: vec![n, n],
+            out: vec![n, n],
+            ta: false,
+            tb: false,
+        };
+        adeadvm::vm::shared_device()
+            .is_ok_and(|d| adeadvm::exec::vulkan::ops::rows::split_sgemm_chosen(d.kernels(), &g))
+    };
+    if fast_vulkan_sgemm {
+        shape_json.push_str(&format!("\"gemm\":\"{}\",", if split_gemm { "bf16-pieces" } else { "fma" }));
+    }
     if row > 0 {
         shape_json.push_str(&format!("\"row\":{row},"));
     }
@@ -407,6 +424,9 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     let mut shown_name = if is_matmul && a.layout != "nn" { format!("{name} ({})", a.layout) } else { name };
     if a.act != "none" {
         shown_name.push_str(&format!(" act={}", a.act));
+    }
+    if split_gemm {
+        shown_name.push_str(" (f32 on the tensor cores, three bf16 pieces an operand)");
     }
     let mut shown_size = if a.row.is_some() { format!("{n}x{row}") } else { n.to_string() };
     if is_reduce {
