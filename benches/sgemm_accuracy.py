@@ -28,12 +28,24 @@ def adeadvm(exe, prog, a, b, tier, env, tmp):
     return np.load(out)
 
 
+def positive(s):
+    try:
+        v = int(s)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"`{s}` is not a positive size")
+    return v
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--adeadvm", default="target/release/adeadvm")
-    ap.add_argument("--size", type=int, default=4096, help="M = N")
-    ap.add_argument("--k", type=int, default=4096)
+    ap.add_argument("--size", type=positive, default=4096, help="M = N")
+    ap.add_argument("--k", type=positive, default=4096)
     args = ap.parse_args()
+    if not os.access(args.adeadvm, os.X_OK):
+        sys.exit(f"no adeadvm executable at {args.adeadvm} (cargo build --release, or --adeadvm PATH)")
     n, k = args.size, args.k
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, k), dtype=np.float32)

@@ -13,6 +13,18 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `out`, after asserting that the command succeeded (else its stderr is the message).
+fn succeeded(out: Output) -> Output {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    out
+}
+
+/// Asserts that the command exited with `code` and said `msg` on stderr.
+fn failed_with(out: Output, code: i32, msg: &str) {
+    assert_eq!(out.status.code(), Some(code), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(msg), "{msg}: {}", text(&out.stderr));
+}
+
 fn programs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("programs")
 }
@@ -219,62 +231,51 @@ fn bench_runs_and_refuses_what_does_not_fit() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("exp 1000  cpu strict"), "{}", text(&out.stdout));
     // --act sets MATMUL's activation, for the matmul kernels only.
-    let out = adeadvm(&["bench", "matmul", "8", "--act", "gelu", "--iters", "1", "--json"], dir.path());
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out =
+        succeeded(adeadvm(&["bench", "matmul", "8", "--act", "gelu", "--iters", "1", "--json"], dir.path()));
     assert!(text(&out.stdout).contains("\"act\":\"gelu\""), "{}", text(&out.stdout));
     // The fast tier's Vulkan SGEMM names the GEMM it took (a device without bf16 cooperative
     // matrices, such as lavapipe, keeps the FMA kernel; a large one on NVIDIA takes the pieces).
     if let Some(ex) = common::vk::exec() {
-        let out = adeadvm(
-            &["bench", "matmul", "64", "--tier", "fast", "--backend", "vulkan", "--iters", "1", "--json"],
-            dir.path(),
-        );
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let pieces = ex.device().has_coopmat(adeadvm::isa::DType::Bf16);
-        assert!(text(&out.stdout).contains("\"gemm\":\"fma\""), "{}", text(&out.stdout));
-        if pieces {
-            let out = adeadvm(
-                &[
-                    "bench",
-                    "matmul",
-                    "4096",
-                    "--tier",
-                    "fast",
-                    "--backend",
-                    "vulkan",
-                    "--iters",
-                    "1",
-                    "--warmup",
-                    "0",
-                ],
-                dir.path(),
-            );
-            assert!(out.status.success(), "{}", text(&out.stderr));
-            assert!(
-                text(&out.stdout).contains("(f32 on the tensor cores, three bf16 pieces an operand)"),
-                "{}",
-                text(&out.stdout)
-            );
+        let fast = |size: &str, json: &[&str]| {
+            let args = [
+                "bench",
+                "matmul",
+                size,
+                "--tier",
+                "fast",
+                "--backend",
+                "vulkan",
+                "--iters",
+                "1",
+                "--warmup",
+                "0",
+            ];
+            succeeded(adeadvm(&[&args[..], json].concat(), dir.path()))
+        };
+        assert!(text(&fast("64", &["--json"]).stdout).contains("\"gemm\":\"fma\""));
+        if ex.device().has_coopmat(adeadvm::isa::DType::Bf16) {
+            let said = text(&fast("4096", &[]).stdout);
+            assert!(said.contains("(f32 on the tensor cores, three bf16 pieces an operand)"), "{said}");
+            let said = text(&fast("4096", &["--json"]).stdout);
+            assert!(said.contains("\"gemm\":\"bf16-pieces\""), "{said}");
         }
     }
-    let out = adeadvm(&["bench", "exp", "8", "--act", "relu"], dir.path());
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("--act relu applies to the matmul kernels only"),
-        "{}",
-        text(&out.stderr)
+    failed_with(
+        adeadvm(&["bench", "exp", "8", "--act", "relu"], dir.path()),
+        1,
+        "--act relu applies to the matmul kernels only",
     );
-    let out = adeadvm(&["bench", "matmul", "8", "--act", "tanh"], dir.path());
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("invalid value 'tanh' for '--act <ACT>'"), "{}", text(&out.stderr));
+    failed_with(
+        adeadvm(&["bench", "matmul", "8", "--act", "tanh"], dir.path()),
+        2,
+        "invalid value 'tanh' for '--act <ACT>'",
+    );
     // --warmup takes seconds from 0 (the one untimed run only) to an hour.
-    let out = adeadvm(&["bench", "exp", "1000", "--iters", "2", "--warmup", "0"], dir.path());
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    succeeded(adeadvm(&["bench", "exp", "1000", "--iters", "2", "--warmup", "0"], dir.path()));
     for bad in ["-1", "x", "NaN", "3601"] {
         let out = adeadvm(&["bench", "exp", "1000", &format!("--warmup={bad}")], dir.path());
-        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-        let want = format!("`{bad}` is not a number of seconds from 0 to 3600");
-        assert!(text(&out.stderr).contains(&want), "{bad}: {}", text(&out.stderr));
+        failed_with(out, 2, &format!("`{bad}` is not a number of seconds from 0 to 3600"));
     }
     let out = adeadvm(&["bench", "softmax", "2M"], dir.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));

@@ -801,14 +801,8 @@ fn fast_f32_matmul_on_bf16_pieces() {
         return;
     }
     let dev = adeadvm::vm::shared_device().unwrap();
-    let g = adeadvm::exec::cpu::reference::MatmulShape {
-        a: vec![m, k],
-        b: vec![k, n],
-        out: vec![m, n],
-        ta: false,
-        tb: false,
-    };
-    if !adeadvm::exec::vulkan::ops::rows::split_sgemm_chosen(dev.kernels(), &g) {
+    let g = adeadvm::exec::cpu::reference::MatmulShape::plain(m, n, k);
+    if adeadvm::exec::vulkan::ops::rows::split_sgemm_chosen(dev.kernels(), &g).is_none() {
         println!("skipped: {} does not run this matmul as bf16 pieces", dev.device().info().name);
         return;
     }

@@ -362,17 +362,11 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // Which f32 GEMM the fast tier's Vulkan MATMUL took: the FMA kernel, or the tensor cores
     // with three bf16 pieces an operand (rows::split_sgemm_chosen; it depends on the sizes only).
     let fast_vulkan_sgemm = matches!(a.kernel, Kernel::Matmul) && tier == Tier::Fast && a.backend == "vulkan";
-    let split_gemm = fast_vulkan_sgemm && {
-        let g = adeadvm::exec::cpu::reference::MatmulShape {
-            a: vec![n, n],
-            b: vec![n, n],
-            out: vec![n, n],
-            ta: false,
-            tb: false,
-        };
-        adeadvm::vm::shared_device()
-            .is_ok_and(|d| adeadvm::exec::vulkan::ops::rows::split_sgemm_chosen(d.kernels(), &g))
-    };
+    let split_gemm = fast_vulkan_sgemm
+        && adeadvm::vm::shared_device().is_ok_and(|d| {
+            let g = adeadvm::exec::cpu::reference::MatmulShape::plain(n, n, n);
+            adeadvm::exec::vulkan::ops::rows::split_sgemm_chosen(d.kernels(), &g).is_some()
+        });
     if fast_vulkan_sgemm {
         shape_json.push_str(&format!("\"gemm\":\"{}\",", if split_gemm { "bf16-pieces" } else { "fma" }));
     }

@@ -973,9 +973,13 @@ impl Vm {
                 let split = p.tier == Tier::Fast
                     && [dt(a), dt(b), dt(dst)].iter().all(|&d| d == DType::F32)
                     && a != dst
-                    && b != dst
-                    && self.gpu.as_ref().is_some_and(|g| rows::split_sgemm_chosen(g.exec.kernels(), &gs));
-                if let Some(bytes) = split.then(|| rows::split_scratch(&gs)).flatten() {
+                    && b != dst;
+                let pieces = self
+                    .gpu
+                    .as_ref()
+                    .filter(|_| split)
+                    .and_then(|g| rows::split_sgemm_chosen(g.exec.kernels(), &gs));
+                if let Some(bytes) = pieces {
                     let (va, vb, vbias, d) = self.matmul_stored_operands(p, f, a, b, bias, dst)?;
                     let g = self.gpu.as_mut().expect("device");
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));

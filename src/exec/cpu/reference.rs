@@ -197,6 +197,13 @@ pub struct MatmulShape {
     pub tb: bool,
 }
 
+impl MatmulShape {
+    /// [m, k] times [k, n]: no batch axes, neither operand transposed.
+    pub fn plain(m: usize, n: usize, k: usize) -> MatmulShape {
+        MatmulShape { a: vec![m, k], b: vec![k, n], out: vec![m, n], ta: false, tb: false }
+    }
+}
+
 /// dst = act(op(a) @ op(b) + bias). For each output, k runs in ascending order:
 /// `acc = +0; acc = add(acc, mul(a[m,k], b[k,n]))`, then `acc = add(acc, bias)`, then `act`.
 pub fn matmul(

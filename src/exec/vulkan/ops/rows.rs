@@ -823,17 +823,18 @@ pub fn split_scratch(g: &MatmulShape) -> Option<[u64; 4]> {
 }
 
 /// Whether the fast tier's f32 matmul `g` runs as [`matmul_split_bf16`] on `k`'s device rather
-/// than on the register-tiled FMA kernel: where the device has bf16 cooperative matrices,
+/// than on the register-tiled FMA kernel, and if so the scratch it takes ([`split_scratch`]'s
+/// bytes): where the device has bf16 cooperative matrices,
 /// [`split_scratch`] allows it within [`SPLIT_SCRATCH_MAX`] and an eighth of the device's
 /// memory, and the six bf16 products beat the
 /// FMA kernel there ([`split_pays`]); or always (`1`) or never (`0`) with
 /// `ADEADVM_VULKAN_SGEMM_SPLIT`.
-pub fn split_sgemm_chosen(k: &Kernels, g: &MatmulShape) -> bool {
-    let Some(bytes) = split_scratch(g) else { return false };
+pub fn split_sgemm_chosen(k: &Kernels, g: &MatmulShape) -> Option<[u64; 4]> {
+    let bytes = split_scratch(g)?;
     let device_bytes = k.device().info().device_local_bytes;
     let most = if device_bytes > 0 { SPLIT_SCRATCH_MAX.min(device_bytes / 8) } else { SPLIT_SCRATCH_MAX };
     if !coopmat_runs(k, DType::Bf16) || bytes.iter().sum::<u64>() > most {
-        return false;
+        return None;
     }
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = FORCED.get_or_init(|| match std::env::var("ADEADVM_VULKAN_SGEMM_SPLIT").ok()?.trim() {
@@ -844,12 +845,15 @@ pub fn split_sgemm_chosen(k: &Kernels, g: &MatmulShape) -> bool {
             None
         }
     });
-    if let Some(f) = *forced {
-        return f;
-    }
-    let Ok(plan) = MatmulPlan::new(g, None) else { return false };
-    let sms = k.device().info().multiprocessors.unwrap_or(SPLIT_DEFAULT_MULTIPROCESSORS);
-    split_pays(plan.tiles(128u64, 128u64), u64::from(plan.k), u64::from(sms))
+    let pays = match *forced {
+        Some(f) => f,
+        None => {
+            let plan = MatmulPlan::new(g, None).ok()?;
+            let sms = k.device().info().multiprocessors.unwrap_or(SPLIT_DEFAULT_MULTIPROCESSORS);
+            split_pays(plan.tiles(128u64, 128u64), u64::from(plan.k), u64::from(sms))
+        }
+    };
+    pays.then_some(bytes)
 }
 
 /// Whether the split bf16 GEMM beats the FMA kernel on a matmul of `tiles` 128x128 output tiles
