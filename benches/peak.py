@@ -15,12 +15,15 @@ arithmetic:
   step_strict  the strict-tier SGEMM's inner step alone (as step, with muladd's arithmetic);
   mma     16x16x16 f16 cooperative matrices (VK_KHR_cooperative_matrix, subgroups of 32): the
           f16 GEMM's ceiling through Vulkan (cuBLAS reaches further on Hopper through its
-          warpgroup instructions, which no Vulkan shader gets on NVIDIA's driver 580).
+          warpgroup instructions, which no Vulkan shader gets on NVIDIA's driver 580);
+  mma_step  the f16 GEMM's inner step alone (128x128 tile of four subgroups of 64x64, each k
+          step's matrices loaded from operands staged in shared memory, no global memory, no
+          barrier): as step is to ffma.
 A ceiling the device cannot run (no cooperative matrices, as on lavapipe) prints as such.
 For a GPU machine: on a CPU Vulkan device (lavapipe) the loops take minutes (--scale 0.001).
 The kernels' SPIR-V is committed beside their sources; after changing one:
     glslc -O --target-env=vulkan1.1 benches/peak/ffma.comp -o benches/peak/ffma.spv   (muladd, step too; step_strict with -DSTRICT_STEP)
-    python3 shaders/glslang_cm2.py benches/peak/mma.comp benches/peak/mma.spv
+    python3 shaders/glslang_cm2.py benches/peak/mma.comp benches/peak/mma.spv   (mma_step too)
 """
 
 import argparse
@@ -41,6 +44,7 @@ CEILINGS = {
     "muladd": (2112, 1500, 256 * 256),  # the same chains as a multiply and an add
     "step_strict": (2112, 500, 512 * 16 * 32 * 2),  # step as a multiply and an add
     "mma": (4224, 300, 4 * 64 * 16 * 16 * 16 * 2),  # 4 subgroups, 64 multiply-adds each
+    "mma_step": (4224, 150, 4 * 32 * 16 * 16 * 16 * 2),  # 4 subgroups, 2 k steps of 16 each
 }
 
 
@@ -90,7 +94,7 @@ def main():
     rows = [
         ("adeadvm SGEMM fast", ["ffma", "step"], lambda: adeadvm_case(args.adeadvm, "matmul", n, "fast", 15)),
         ("adeadvm SGEMM strict", ["muladd", "step_strict"], lambda: adeadvm_case(args.adeadvm, "matmul", n, "strict", 15)),
-        ("adeadvm f16 GEMM fast", ["mma"], lambda: adeadvm_case(args.adeadvm, "matmul-f16", n, "fast", 15)),
+        ("adeadvm f16 GEMM fast", ["mma", "mma_step"], lambda: adeadvm_case(args.adeadvm, "matmul-f16", n, "fast", 15)),
     ]
     if torch is not None:
         rows += [

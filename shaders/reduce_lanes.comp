@@ -7,18 +7,25 @@
 // the 256 lane sums with the tree's levels and divides for a mean.
 //
 // A lane's chain adds one element after another, so its loads must be in flight long before
-// their adds: the workgroup's 256 threads load a block of 512 steps of its 8 lanes (16 KB) into
-// registers, store it flushed to shared memory and load the next block while 8 threads (one a
-// lane) walk the block before, four steps a shared-memory read (a lane's steps are contiguous
-// there), sixteen a loop iteration; two shared buffers, one barrier a block. The walking
-// threads do nothing but the chain's adds: the elements' flush is the loading threads' work.
+// their adds: the workgroup's first subgroup walks (8 threads, one a lane) while the other 224
+// threads load: they load a block of 448 steps of its 8 lanes (14 KB) into registers, store it
+// flushed to shared memory and load the next block while the walkers walk the block before,
+// four steps a shared-memory read (a lane's steps are contiguous there), sixteen a loop
+// iteration; two shared buffers, one barrier a block. The walking threads do nothing but the
+// chain's adds: the elements' flush is the loading threads' work, and no store of theirs waits
+// on a global load.
 // Measured on an H100 (strict sum of 2^24 elements to one): 30 GB/s as one workgroup a row
 // (reduce_256), 119 here with a step a read, 129 with four and eight steps an iteration, the
 // walkers flushing each element; 267 with the flush moved to the loaders and sixteen steps an
 // iteration (32 rows of 2^19: 950 -> 1358; 4 rows of 2^22: 476 -> 920). Issuing the next
 // sixteen steps' reads before this sixteen's adds gave 274 (not kept: within 3%); 4 lanes a
 // workgroup (64 workgroups a row) gave 141 for one row against 129 but 581 against 957 for 32
-// rows of 2^19 (sectors half used).
+// rows of 2^19 (sectors half used). On an H200, with the walkers' subgroup loading too (all
+// 256 threads loading blocks of 512 steps): 268 GB/s for 2^24 to one, 926 for 4 rows of 2^22,
+// 1440 for 32 of 2^19; with a subgroup that only walks (a workgroup of 288, the same loads):
+// 301, 1028 and 1515, and this layout keeps the workgroup at 256. The walk alone bounds it:
+// with no loads or stores in the loop (wrong sums, for the timing) 361, without the barriers
+// too 365; loading two blocks ahead gave 272.
 //
 // Arithmetic as reduce.glsl's sums: elements flushed, a `precise` add whose result is flushed
 // (by the hardware where HW_FTZ is set), NaN canonicalized by the second pass.
@@ -34,10 +41,12 @@ layout(push_constant) uniform P {
     uint len;
 } p;
 
-const uint LANES = 8u;                 // lanes a workgroup (ops::rows reduce LANES_PER_GROUP)
-const uint GROUPS = 256u / LANES;      // workgroups a row
-const uint BLOCK = 4096u / LANES;      // steps a block (16 KB)
-const uint PER = BLOCK * LANES / 256u; // loads a thread a block (16)
+const uint LANES = 8u;                  // lanes a workgroup (ops::rows reduce LANES_PER_GROUP)
+const uint GROUPS = 256u / LANES;       // workgroups a row
+const uint WALKERS = 32u;               // the first 32 threads: LANES walk, the rest idle
+const uint LOADERS = 256u - WALKERS;    // threads that load and store
+const uint PER = 16u;                   // loads a loading thread a block
+const uint BLOCK = LOADERS * PER / LANES; // steps a block (448, a multiple of 16)
 const uint PITCH = BLOCK + 32u / LANES; // a lane's steps in shared memory, padded: no bank conflicts
 shared vec4 staged4[2u * LANES * PITCH / 4u]; // [buffer][lane][step]
 
@@ -53,14 +62,18 @@ void main() {
     uint li = gl_LocalInvocationIndex;
     uint steps = (p.len + 255u) / 256u;
     uint blocks = (steps + BLOCK - 1u) / BLOCK;
-    // Thread li's loads of a block: f = li + 256 k holds step f / LANES, lane f % LANES, so
-    // eight neighbouring threads read one 32-byte run of a step; stored at [lane][step].
+    // Loading thread lt's loads of a block: f = lt + LOADERS k holds step f / LANES, lane
+    // f % LANES, so eight neighbouring threads read one 32-byte run of a step; stored at
+    // [lane][step]. Threads LANES to WALKERS - 1 idle, so that on a device with subgroups of
+    // 32 the walkers' subgroup has no other work.
     uint row_base = row * p.len;
-    uint step0 = li / LANES;
+    bool loads = li >= WALKERS;
+    uint lt = li - WALKERS;
+    uint step0 = lt / LANES;
     float v[PER];
 #define LANES_LOAD(k, b)                                                               \
     {                                                                                  \
-        uint e = ((b) * BLOCK + step0 + (k) * (256u / LANES)) * 256u + lane0 + li % LANES; \
+        uint e = ((b) * BLOCK + step0 + (k) * (LOADERS / LANES)) * 256u + lane0 + lt % LANES; \
         v[k] = e < p.len ? x[row_base + e] : 0.0;                                      \
     }
 #define LANES_LOADS16(b)                                                                 \
@@ -71,7 +84,7 @@ void main() {
 #define LANES_LOADS(b) LANES_LOADS16(b)
 #define LANES_STORE(k, buf)                                                            \
     {                                                                                  \
-        uint at = ((buf) * LANES + li % LANES) * PITCH + step0 + (k) * (256u / LANES);  \
+        uint at = ((buf) * LANES + lt % LANES) * PITCH + step0 + (k) * (LOADERS / LANES); \
         staged4[at / 4u][at % 4u] = strict_ftz(v[k]);                                  \
     }
 #define LANES_STORES(buf)                                                              \
@@ -79,8 +92,10 @@ void main() {
     LANES_STORE(4, buf) LANES_STORE(5, buf) LANES_STORE(6, buf) LANES_STORE(7, buf)    \
     LANES_STORE(8, buf) LANES_STORE(9, buf) LANES_STORE(10, buf) LANES_STORE(11, buf)  \
     LANES_STORE(12, buf) LANES_STORE(13, buf) LANES_STORE(14, buf) LANES_STORE(15, buf)
-    LANES_LOADS(0u)
-    LANES_STORES(0u)
+    if (loads) {
+        LANES_LOADS(0u)
+        LANES_STORES(0u)
+    }
     memoryBarrierShared();
     barrier();
     // The chain of lane lane0 + li (threads li < LANES): its steps, +0 then each element.
@@ -90,7 +105,7 @@ void main() {
     for (uint b = 0u; b < blocks; b++) {
         uint buf = b & 1u;
         bool more = b + 1u < blocks;
-        if (more) {
+        if (more && loads) {
             LANES_LOADS(b + 1u)
         }
         if (li < LANES) {
@@ -110,7 +125,7 @@ void main() {
                 acc = add(acc, staged4[at + k / 4u][k % 4u]);
             }
         }
-        if (more) {
+        if (more && loads) {
             LANES_STORES(buf ^ 1u)
         }
         memoryBarrierShared();

@@ -1430,7 +1430,7 @@ fn cut_reductions_keep_strict_bits() {
         (vec![8_000, 3], 0, false),
         (vec![2, 70_000], 1, true),
         (vec![66_001], 0, true),
-        // Lanes of more than one block of reduce_lanes' staging (512 steps of 256): three
+        // Lanes of more than one block of reduce_lanes' staging (448 steps of 256): three
         // blocks, the last ragged, so the chains cross the staged buffers' turns.
         (vec![2, 300_001], 1, true),
         (vec![9_000, 40], 0, true),
@@ -1459,7 +1459,10 @@ fn cut_reductions_keep_strict_bits() {
             let x = if op == Reduce::Max { &spiced } else { &plain };
             let mut want = vec![0.0f32; outs];
             reference::reduce(op, x, &shape, axis, &mut want);
-            assert!(op == Reduce::Max || want.iter().all(|v| v.is_finite()), "{op:?} of {shape:?}: finite sums");
+            assert!(
+                op == Reduce::Max || want.iter().all(|v| v.is_finite()),
+                "{op:?} of {shape:?}: finite sums"
+            );
             let got = reduce_in_tier(ex, tier, op, x, &shape, axis);
             check(same_bits(&format!("{tier:?} {op:?} of {shape:?} over axis {axis}"), &want, &got));
         }
