@@ -421,7 +421,9 @@ float strict_sigmoid(float x) { return strict_recip(strict_add(1.0, strict_exp(s
 // The polynomials of numerics::erf's intervals [0.875, 3.875) (S_ERFC_C's rows): Horner from
 // c8 down, q = c_j + q * t, in plain `precise` arithmetic (see strict_erf). Each call passes its
 // row as literals: a run-time index into a constant array became a copy of the array in each
-// thread's local memory on NVIDIA.
+// thread's local memory on NVIDIA. One call with each coefficient chosen by selects among the
+// four rows (no branch on the interval; the same bits) measured no faster on an H200: GELU over
+// 16M elements in [-1, 1) 2140 GB/s both, f16 MATMUL 4096^2 with GELU 221 -> 211 TFLOP/s.
 float strict_i_erfc_horner(float t, uint c0, uint c1, uint c2, uint c3, uint c4, uint c5, uint c6,
                            uint c7, uint c8) {
     float q = S_F(c8);
