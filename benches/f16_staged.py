@@ -82,7 +82,9 @@ def digest(exe, program, env):
     if out.returncode != 0:
         sys.exit(f"adeadvm run failed: {out.stderr.strip()}")
     m = re.search(r"digest ([0-9a-f]+)", out.stdout + out.stderr)
-    return m.group(1) if m else None
+    if not m:
+        sys.exit(f"adeadvm run printed no digest: {(out.stdout + out.stderr).strip()[-300:]}")
+    return m.group(1)
 
 
 def tflops(exe, n, env):
