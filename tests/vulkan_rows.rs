@@ -49,30 +49,37 @@ const SPECIALS: &[u32] = &[
     0x1e3c_e508,
 ];
 
+/// Draw `i` of the values from `seed`.
+fn draw(seed: u64, i: usize) -> u32 {
+    mix(seed.wrapping_mul(0x1_0000_0001).wrapping_add(i as u64))
+}
+
+/// A moderate normal (|v| in [2^-8, 2^8)) from a draw.
+fn moderate(r: u32) -> f32 {
+    f32::from_bits((r & 0x807f_ffff) | ((119 + (r >> 8) % 16) << 23))
+}
+
 /// `len` values from `seed`: mostly moderate normals (|v| in [2^-8, 2^8)), a few of huge or tiny
 /// magnitude, and a `spice` per mille of [`SPECIALS`].
 fn values(seed: u64, len: usize, spice: u32) -> Vec<f32> {
     (0..len)
         .map(|i| {
-            let r = mix(seed.wrapping_mul(0x1_0000_0001).wrapping_add(i as u64));
+            let r = draw(seed, i);
             let pick = mix(u64::from(r) ^ 0x5555) % 1000;
             if pick < spice {
                 return f32::from_bits(SPECIALS[(r as usize >> 3) % SPECIALS.len()]);
             }
-            let e = if pick < spice + 10 { (r >> 8) % 254 + 1 } else { 119 + (r >> 8) % 16 };
-            f32::from_bits((r & 0x807f_ffff) | (e << 23))
+            if pick < spice + 10 {
+                return f32::from_bits((r & 0x807f_ffff) | (((r >> 8) % 254 + 1) << 23));
+            }
+            moderate(r)
         })
         .collect()
 }
 
-/// `len` moderate normals (|v| in [2^-8, 2^8)) from `seed`: sums of them stay finite.
+/// `len` moderate normals from `seed` (no special or extreme values): sums of them stay finite.
 fn moderate_values(seed: u64, len: usize) -> Vec<f32> {
-    (0..len)
-        .map(|i| {
-            let r = mix(seed.wrapping_mul(0x1_0000_0001).wrapping_add(i as u64));
-            f32::from_bits((r & 0x807f_ffff) | ((119 + (r >> 8) % 16) << 23))
-        })
-        .collect()
+    (0..len).map(|i| moderate(draw(seed, i))).collect()
 }
 
 fn upload(ex: &VulkanExec, rec: &mut Recorder, v: &[f32]) -> Slice {
