@@ -3,6 +3,11 @@
 //! through [`write_atomically`]: a failure (an unwritable folder, a full disk, a run that fails
 //! later) never leaves a half-written file, and a file already at the path is either replaced
 //! whole or left as it was.
+//!
+//! A path that is not a regular file is written through, never replaced: `-o /dev/null` or a
+//! FIFO gets the bytes directly (there is nothing to leave half-written, and renaming over
+//! `/dev/null` as root would turn the system's null device into a file), and a symbolic link
+//! keeps being a link while the file it names is replaced atomically.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,6 +18,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// temporary file is removed and `path` is untouched.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    // Follows links to what the path finally names; a dangling or missing path is created.
+    let resolved;
+    let path = match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() && !meta.is_dir() => {
+            // A device or a FIFO: write straight to it (truncate is a no-op there).
+            return std::fs::OpenOptions::new().write(true).open(path)?.write_all(bytes);
+        }
+        Ok(meta) if meta.is_file() && std::fs::symlink_metadata(path)?.file_type().is_symlink() => {
+            resolved = std::fs::canonicalize(path)?;
+            resolved.as_path()
+        }
+        _ => path,
+    };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),

@@ -445,3 +445,42 @@ fn concurrent_atomic_writes_never_mix() {
     assert!(bytes.iter().all(|&b| b == bytes[0]), "one writer's bytes, whole");
     assert_eq!(listing(dir.path()), ["out.bin"]);
 }
+
+/// An output path that is a FIFO (or a device such as /dev/null) is written through, and stays
+/// what it was: renaming a temporary file over it would, as root, replace /dev/null itself.
+#[test]
+fn an_output_path_that_is_a_fifo_or_a_link_is_written_through_not_replaced() {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("programs/loop.s");
+    let src = src.to_str().unwrap();
+    let plain = adeadvm(&["asm", src, "-o", "plain.bib"], dir.path(), &[]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let expected = std::fs::read(dir.path().join("plain.bib")).unwrap();
+
+    let fifo = dir.path().join("pipe.bib");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: c_path is a valid NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    // The reading end opens without waiting for a writer, and the program fits the pipe's
+    // buffer, so the writer never blocks; a writer that renamed over the FIFO instead leaves
+    // the reader with nothing rather than hanging the test.
+    assert!(expected.len() < 65536, "the program fits a pipe buffer");
+    let mut reader =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo).unwrap();
+    let out = adeadvm(&["asm", src, "-o", "pipe.bib"], dir.path(), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut reader, &mut got).unwrap();
+    assert!(got == expected, "the FIFO's reader got {} bytes of the program's {}", got.len(), expected.len());
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "still a FIFO");
+
+    // A link keeps being a link; the file it names gets the program.
+    std::fs::write(dir.path().join("target.bib"), "old").unwrap();
+    std::os::unix::fs::symlink("target.bib", dir.path().join("link.bib")).unwrap();
+    let out = adeadvm(&["asm", src, "-o", "link.bib"], dir.path(), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(std::fs::symlink_metadata(dir.path().join("link.bib")).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read(dir.path().join("target.bib")).unwrap(), expected);
+    assert_eq!(listing(dir.path()), ["link.bib", "pipe.bib", "plain.bib", "target.bib"]);
+}
