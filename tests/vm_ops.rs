@@ -467,3 +467,56 @@ fn f16_and_bf16_compute_in_f32_and_round() {
         .collect();
     assert_eq!(out["y"].to_f32().unwrap(), want);
 }
+
+/// TRANSPOSE's CPU walk (which copies trailing axes the permutation keeps as whole blocks)
+/// against index arithmetic written out here: every permutation of ranks 1 to 4, over shapes
+/// with extents 1 to 3 (0 too) on each axis.
+#[test]
+fn transpose_matches_index_arithmetic_for_every_permutation() {
+    fn perms(r: usize) -> Vec<Vec<u8>> {
+        if r == 0 {
+            return vec![vec![]];
+        }
+        let mut all = Vec::new();
+        for p in perms(r - 1) {
+            for at in 0..=p.len() {
+                let mut q = p.clone();
+                q.insert(at, (r - 1) as u8);
+                all.push(q);
+            }
+        }
+        all
+    }
+    let mut checked = 0;
+    for rank in 1..=4usize {
+        for code in 0..4usize.pow(rank as u32) {
+            let shape: Vec<usize> =
+                (0..rank).map(|i| [2, 3, 1, 0][code / 4usize.pow(i as u32) % 4]).collect();
+            let n: usize = shape.iter().product();
+            let x: Vec<i32> = (0..n as i32).map(|v| v * 7 + 1).collect();
+            for perm in perms(rank) {
+                let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p as usize]).collect();
+                let mut want = vec![0; n];
+                for (o, w) in want.iter_mut().enumerate() {
+                    // Output multi-index, then the source index it names (src axis perm[i]).
+                    let mut rest = o;
+                    let mut out_idx = vec![0; rank];
+                    for ax in (0..rank).rev() {
+                        out_idx[ax] = rest % out_shape[ax];
+                        rest /= out_shape[ax];
+                    }
+                    let mut src_idx = vec![0; rank];
+                    for ax in 0..rank {
+                        src_idx[perm[ax] as usize] = out_idx[ax];
+                    }
+                    *w = x[src_idx.iter().zip(&shape).fold(0, |acc, (&i, &d)| acc * d + i)];
+                }
+                let mut got = vec![-1; n];
+                adeadvm::exec::cpu::reference::transpose(&x, &shape, &perm, &mut got);
+                assert_eq!(got, want, "shape {shape:?} perm {perm:?}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 4 + 16 * 2 + 64 * 6 + 256 * 24);
+}

@@ -449,19 +449,76 @@ mod x86 {
                     row[w..].fill(0.0);
                 }
             } else {
+                // Columns of B that are contiguous in p (a transposed operand, `tb`): whole
+                // 8×8 blocks are transposed in registers, the ragged edges go one by one.
+                let (jj8, p8) = if rs == 1 { (w / 8 * 8, kc / 8 * 8) } else { (0, 0) };
+                for jj in (0..jj8).step_by(8) {
+                    for p in (0..p8).step_by(8) {
+                        let src = (j + jj) * cs + pc + p;
+                        assert!(src + 7 * cs + 8 <= b.len() && (p + 7) * nr + jj + 8 <= panel.len());
+                        // SAFETY: the assert keeps all eight 8-float rows read from `b` and
+                        // written to `panel` in bounds; the packing runs only inside
+                        // `gemm_rect`, whose callers checked AVX2.
+                        unsafe {
+                            transpose8x8(b.as_ptr().add(src), cs, panel.as_mut_ptr().add(p * nr + jj), nr)
+                        };
+                    }
+                }
                 for jj in 0..nr {
+                    let p_from = if jj < jj8 { p8 } else { 0 };
                     if jj < w {
                         let base = (j + jj) * cs;
-                        for p in 0..kc {
+                        for p in p_from..kc {
                             panel[p * nr + jj] = b[base + (pc + p) * rs];
                         }
                     } else {
-                        for p in 0..kc {
+                        for p in p_from..kc {
                             panel[p * nr + jj] = 0.0;
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// Copies the 8×8 block at `src` (rows `src_stride` floats apart) transposed to `dst`
+    /// (rows `dst_stride` apart): `dst[c][r] = src[r][c]`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX; eight rows of eight floats must be readable at `src` and
+    /// writable at `dst` with the given strides.
+    #[target_feature(enable = "avx")]
+    unsafe fn transpose8x8(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
+        let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * src_stride)));
+        // Interleave pairs of rows, then pairs of pairs, then swap 128-bit halves.
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        let out = [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ];
+        for (i, v) in out.iter().enumerate() {
+            _mm256_storeu_ps(dst.add(i * dst_stride), *v);
         }
     }
 

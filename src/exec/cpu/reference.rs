@@ -334,14 +334,22 @@ pub fn reduce(op: Reduce, x: &[f32], shape: &[usize], axis: usize, out: &mut [f3
 /// dst axis i = src axis perm[i]. Works on any element type.
 pub fn transpose<T: Copy>(x: &[T], shape: &[usize], perm: &[u8], out: &mut [T]) {
     let src_strides = strides(shape);
-    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p as usize]).collect();
-    let perm_strides: Vec<usize> = perm.iter().map(|&p| src_strides[p as usize]).collect();
+    // Trailing axes the permutation keeps in place form blocks contiguous in both tensors
+    // (BERT's [0, 2, 1, 3] moves whole head rows): copy those whole, walk the axes before.
+    let kept = perm.iter().enumerate().rev().take_while(|&(i, &p)| p as usize == i).count();
+    let lead = perm.len() - kept;
+    let block: usize = shape[lead..].iter().product();
+    let out_shape: Vec<usize> = perm[..lead].iter().map(|&p| shape[p as usize]).collect();
+    let perm_strides: Vec<usize> = perm[..lead].iter().map(|&p| src_strides[p as usize]).collect();
     // Walk the output in order; the source offset is the dot of the index with perm_strides.
-    let n: usize = out_shape.iter().product();
+    let n: usize = out_shape.iter().product::<usize>() * block;
+    if n == 0 {
+        return;
+    }
     let mut idx = vec![0usize; out_shape.len()];
     let mut off = 0usize;
-    for o in out.iter_mut().take(n) {
-        *o = x[off];
+    for o in out[..n].chunks_exact_mut(block) {
+        o.copy_from_slice(&x[off..off + block]);
         for ax in (0..out_shape.len()).rev() {
             idx[ax] += 1;
             off += perm_strides[ax];

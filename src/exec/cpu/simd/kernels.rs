@@ -370,23 +370,33 @@ pub(super) unsafe fn tree<L: Lanes, const K: u8, const F: bool>(
             st_part(po.add(off), y, t);
         }
     }
+    // A vector no element reached still holds `init`, and pairing with it changes nothing:
+    // every accumulator starts from +0 (so it is never -0, and x + +0 = x) or, for MAX, from
+    // -inf (max(x, -inf) = x). A row shorter than 256 skips the levels whose upper halves are
+    // all such vectors (rows of 128 at 16 lanes: 3 of the 4).
+    let reached = if n >= 256 { nv } else { n.div_ceil(w) };
     let mut s = nv / 2;
     while s >= 1 {
-        for v in 0..s {
+        for v in 0..s.min(reached.saturating_sub(s)) {
             acc[v] = if K == kind::MAX { vm::max(acc[v], acc[v + s]) } else { L::add(acc[v], acc[v + s]) };
         }
         s /= 2;
     }
-    let mut l = [0.0f32; 16];
-    st(l.as_mut_ptr(), acc[0]);
+    // The halvings inside vector 0, lane j with lane j + s, on whole vectors: lanes j < s get
+    // exactly those pairs (the rest are never read). `vm::max` is `numerics::max`, and the
+    // add under FTZ+DAZ is `numerics::add` but for a NaN's payload, which the final `canon`
+    // fixes. (Done one lane at a time with the scalar operations, this was a quarter of a
+    // short row's softmax.)
+    let mut v = acc[0];
     let mut s = w / 2;
     while s >= 1 {
-        for j in 0..s {
-            l[j] = if K == kind::MAX { nx::max(l[j], l[j + s]) } else { nx::add(l[j], l[j + s]) };
-        }
+        let upper = L::rotate_down(v, s);
+        v = if K == kind::MAX { vm::max(v, upper) } else { L::add(v, upper) };
         s /= 2;
     }
-    l[0]
+    let mut l = [0.0f32; 16];
+    st(l.as_mut_ptr(), v);
+    nx::canon(l[0])
 }
 
 /// Strict tree sum of a slice (`numerics::sum`).

@@ -109,6 +109,9 @@ pub(in crate::exec::cpu) trait Lanes: Copy {
     unsafe fn none(m: Self::M) -> bool;
     /// Lanes `..t` set (t in 0..=N).
     unsafe fn first(t: usize) -> Self::M;
+    /// Lane `j` of the result is lane `(j + s) % N` of `a` (the upper lanes moved down, for
+    /// pairing lane `j` with lane `j + s` in a halving tree).
+    unsafe fn rotate_down(a: Self, s: usize) -> Self;
 }
 
 /// Runs `f` inside a function compiled for AVX2 and FMA, so that the [`Lanes`] methods of
@@ -343,6 +346,14 @@ impl Lanes for __m256 {
             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
         ))
     }
+    #[inline(always)]
+    unsafe fn rotate_down(a: Self, s: usize) -> Self {
+        let idx = _mm256_and_si256(
+            _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(s as i32)),
+            _mm256_set1_epi32(7),
+        );
+        _mm256_permutevar8x32_ps(a, idx)
+    }
 }
 
 impl Lanes for __m512 {
@@ -547,5 +558,12 @@ impl Lanes for __m512 {
         } else {
             ((1u32 << t) - 1) as u16
         }
+    }
+    #[inline(always)]
+    unsafe fn rotate_down(a: Self, s: usize) -> Self {
+        let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        let idx =
+            _mm512_and_si512(_mm512_add_epi32(iota, _mm512_set1_epi32(s as i32)), _mm512_set1_epi32(15));
+        _mm512_permutexvar_ps(idx, a)
     }
 }
