@@ -481,6 +481,32 @@ mod x86 {
         }
     }
 
+    /// Copies the 4×8 block at `src` (rows `src_stride` floats apart) transposed to `dst`
+    /// (eight rows of four, `dst_stride` apart): `dst[c][r] = src[r][c]`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX; four rows of eight floats must be readable at `src`, and eight
+    /// rows of four writable at `dst`, with the given strides.
+    #[target_feature(enable = "avx")]
+    unsafe fn transpose4x8(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
+        let r: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * src_stride)));
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        // Each holds column c in its low half and column c + 4 in its high half.
+        let cols = [
+            _mm256_shuffle_ps::<0x44>(t0, t2),
+            _mm256_shuffle_ps::<0xEE>(t0, t2),
+            _mm256_shuffle_ps::<0x44>(t1, t3),
+            _mm256_shuffle_ps::<0xEE>(t1, t3),
+        ];
+        for (c, v) in cols.iter().enumerate() {
+            _mm_storeu_ps(dst.add(c * dst_stride), _mm256_castps256_ps128(*v));
+            _mm_storeu_ps(dst.add((c + 4) * dst_stride), _mm256_extractf128_ps::<1>(*v));
+        }
+    }
+
     /// Copies the 8×8 block at `src` (rows `src_stride` floats apart) transposed to `dst`
     /// (rows `dst_stride` apart): `dst[c][r] = src[r][c]`.
     ///
@@ -534,14 +560,30 @@ mod x86 {
                     col.copy_from_slice(&a[src..src + mr]);
                 }
             } else {
+                // Rows of A contiguous in p (row-major A, the usual case): groups of four
+                // whole rows by eight p are transposed in registers, the rest one by one.
+                let (ii4, p8) = if cs == 1 && h == mr { (mr / 4 * 4, kc / 8 * 8) } else { (0, 0) };
+                for ii in (0..ii4).step_by(4) {
+                    for p in (0..p8).step_by(8) {
+                        let src = (i + ii) * rs + pc + p;
+                        assert!(src + 3 * rs + 8 <= a.len() && (p + 7) * mr + ii + 4 <= panel.len());
+                        // SAFETY: the assert keeps the four 8-float rows read from `a` and the
+                        // eight 4-float rows written to `panel` in bounds; the packing runs
+                        // only inside `gemm_rect`, whose callers checked AVX2.
+                        unsafe {
+                            transpose4x8(a.as_ptr().add(src), rs, panel.as_mut_ptr().add(p * mr + ii), mr)
+                        };
+                    }
+                }
                 for ii in 0..mr {
+                    let p_from = if ii < ii4 { p8 } else { 0 };
                     if ii < h {
                         let base = (i + ii) * rs;
-                        for p in 0..kc {
+                        for p in p_from..kc {
                             panel[p * mr + ii] = a[base + (pc + p) * cs];
                         }
                     } else {
-                        for p in 0..kc {
+                        for p in p_from..kc {
                             panel[p * mr + ii] = 0.0;
                         }
                     }
