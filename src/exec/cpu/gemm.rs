@@ -455,6 +455,15 @@ mod x86 {
                 for jj in (0..jj8).step_by(8) {
                     for p in (0..p8).step_by(8) {
                         let src = (j + jj) * cs + pc + p;
+                        if p % 16 == 0 {
+                            // The next eight columns' line at this depth: B is usually a
+                            // weight read once from memory, eight short streams at a time.
+                            for r in 8..16 {
+                                let ahead = b.as_ptr().wrapping_add(src + r * cs);
+                                // SAFETY: a prefetch is only a hint and never faults.
+                                unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8) };
+                            }
+                        }
                         assert!(src + 7 * cs + 8 <= b.len() && (p + 7) * nr + jj + 8 <= panel.len());
                         // SAFETY: the assert keeps all eight 8-float rows read from `b` and
                         // written to `panel` in bounds; the packing runs only inside
