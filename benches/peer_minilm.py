@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 D, HEADS, HD, FF, LAYERS = 384, 12, 32, 1536, 6
+# Seconds between timed calls, longer than a thread pool spins before it sleeps.
+PAUSE_S = 0.02
 
 
 def read_safetensors(path):
@@ -155,12 +157,16 @@ def inputs(batch, seq, seed):
 
 def median_times(fns, iters, clock=time.perf_counter):
     """The median time of each function, calls interleaved round-robin so that all of them see
-    the same machine load (this matters on a shared machine)."""
+    the same machine load (this matters on a shared machine). Each call starts after a pause
+    of PAUSE_S: ONNX Runtime's intra-op threads spin for a while after a call returns, and
+    without the pause they held the cores during the next engine's call (adeadvm strict on 2
+    threads measured 54 ms right after ORT's call, 31 ms on its own)."""
     for fn in fns:
         fn()  # warm-up: first-call allocations, plan caches
     times = [[] for _ in fns]
     for _ in range(iters):
         for fn, ts in zip(fns, times):
+            time.sleep(PAUSE_S)
             t = clock()
             fn()
             ts.append(clock() - t)
