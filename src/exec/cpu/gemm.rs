@@ -520,44 +520,15 @@ mod x86 {
     }
 
     /// Copies the 8×8 block at `src` (rows `src_stride` floats apart) transposed to `dst`
-    /// (rows `dst_stride` apart): `dst[c][r] = src[r][c]`.
+    /// (rows `dst_stride` apart): `dst[c][r] = src[r][c]`, as two 4×8 halves.
     ///
     /// # Safety
     /// The CPU must have AVX; eight rows of eight floats must be readable at `src` and
     /// writable at `dst` with the given strides.
     #[target_feature(enable = "avx")]
     unsafe fn transpose8x8(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
-        let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * src_stride)));
-        // Interleave pairs of rows, then pairs of pairs, then swap 128-bit halves.
-        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-        let out = [
-            _mm256_permute2f128_ps::<0x20>(u0, u4),
-            _mm256_permute2f128_ps::<0x20>(u1, u5),
-            _mm256_permute2f128_ps::<0x20>(u2, u6),
-            _mm256_permute2f128_ps::<0x20>(u3, u7),
-            _mm256_permute2f128_ps::<0x31>(u0, u4),
-            _mm256_permute2f128_ps::<0x31>(u1, u5),
-            _mm256_permute2f128_ps::<0x31>(u2, u6),
-            _mm256_permute2f128_ps::<0x31>(u3, u7),
-        ];
-        for (i, v) in out.iter().enumerate() {
-            _mm256_storeu_ps(dst.add(i * dst_stride), *v);
-        }
+        transpose4x8(src, src_stride, dst, dst_stride);
+        transpose4x8(src.add(4 * src_stride), src_stride, dst.add(4), dst_stride);
     }
 
     /// Packs A(ic.., pc..) (mc×kc) into `mr`-tall panels, each kc×mr (k-major), zero-padded.
