@@ -44,7 +44,7 @@ const KC512: usize = 384;
 /// Rows of A packed per block (rounded up to a multiple of the kernel's rows): MC×KC floats
 /// (144 KiB for AVX2, 216 KiB for AVX-512) stay in L2.
 const MC: usize = 144;
-/// Columns of B packed per block: KC×NC floats (4 MiB) stay in L3.
+/// Columns of B packed per block: KC×NC floats (4 MiB for AVX2, 6 MiB for AVX-512) stay in L3.
 const NC: usize = 4096;
 /// Below this many multiply-adds (m·n·k) the call runs on the calling thread.
 const PAR_MIN_WORK: usize = 1 << 20;
@@ -417,9 +417,12 @@ mod x86 {
             for pc in (0..k).step_by(K::KC) {
                 let kc = K::KC.min(k - pc);
                 let (first, last) = (pc == 0, pc + kc == k);
+                // SAFETY: this function's callers checked the kernel's instruction set,
+                // which includes AVX.
                 pack_b(ops, nr, pc, kc, jc, nc, bpack);
                 for ic in (r.i0..r.i1).step_by(mc_max) {
                     let mc = mc_max.min(r.i1 - ic);
+                    // SAFETY: as for `pack_b`.
                     pack_a(ops, mr, ic, mc, pc, kc, apack);
                     for jr in (0..nc).step_by(nr) {
                         let bp = bpack[jr * kc..].as_ptr();
@@ -440,7 +443,10 @@ mod x86 {
     }
 
     /// Packs B(pc.., jc..) (kc×nc) into `nr`-wide panels, each kc×nr row-major, zero-padded.
-    fn pack_b(ops: &Operands, nr: usize, pc: usize, kc: usize, jc: usize, nc: usize, dst: &mut [f32]) {
+    ///
+    /// # Safety
+    /// The CPU must have AVX (the register transposes); [`gemm_rect`]'s callers checked AVX2.
+    unsafe fn pack_b(ops: &Operands, nr: usize, pc: usize, kc: usize, jc: usize, nc: usize, dst: &mut [f32]) {
         let (b, rs, cs) = (ops.b, ops.b_rs, ops.b_cs);
         for (jp, panel) in (0..nc).step_by(nr).zip(dst.chunks_exact_mut(kc * nr)) {
             let w = nr.min(nc - jp);
@@ -469,8 +475,7 @@ mod x86 {
                         }
                         assert!(src + 7 * cs + 8 <= b.len() && (p + 7) * nr + jj + 8 <= panel.len());
                         // SAFETY: the assert keeps all eight 8-float rows read from `b` and
-                        // written to `panel` in bounds; the packing runs only inside
-                        // `gemm_rect`, whose callers checked AVX2.
+                        // written to `panel` in bounds; the caller guarantees AVX.
                         unsafe {
                             transpose8x8(b.as_ptr().add(src), cs, panel.as_mut_ptr().add(p * nr + jj), nr)
                         };
@@ -532,7 +537,10 @@ mod x86 {
     }
 
     /// Packs A(ic.., pc..) (mc×kc) into `mr`-tall panels, each kc×mr (k-major), zero-padded.
-    fn pack_a(ops: &Operands, mr: usize, ic: usize, mc: usize, pc: usize, kc: usize, dst: &mut [f32]) {
+    ///
+    /// # Safety
+    /// As for [`pack_b`].
+    unsafe fn pack_a(ops: &Operands, mr: usize, ic: usize, mc: usize, pc: usize, kc: usize, dst: &mut [f32]) {
         let (a, rs, cs) = (ops.a, ops.a_rs, ops.a_cs);
         for (ip, panel) in (0..mc).step_by(mr).zip(dst.chunks_exact_mut(kc * mr)) {
             let h = mr.min(mc - ip);
@@ -551,8 +559,8 @@ mod x86 {
                         let src = (i + ii) * rs + pc + p;
                         assert!(src + 3 * rs + 8 <= a.len() && (p + 7) * mr + ii + 4 <= panel.len());
                         // SAFETY: the assert keeps the four 8-float rows read from `a` and the
-                        // eight 4-float rows written to `panel` in bounds; the packing runs
-                        // only inside `gemm_rect`, whose callers checked AVX2.
+                        // eight 4-float rows written to `panel` in bounds; the caller
+                        // guarantees AVX.
                         unsafe {
                             transpose4x8(a.as_ptr().add(src), rs, panel.as_mut_ptr().add(p * mr + ii), mr)
                         };

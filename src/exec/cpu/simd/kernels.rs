@@ -372,8 +372,8 @@ pub(super) unsafe fn tree<L: Lanes, const K: u8, const F: bool>(
     }
     // A vector no element reached still holds `init`, and pairing with it changes nothing:
     // every accumulator starts from +0 (so it is never -0, and x + +0 = x) or, for MAX, from
-    // -inf (max(x, -inf) = x). A row shorter than 256 skips the levels whose upper halves are
-    // all such vectors (rows of 128 at 16 lanes: 3 of the 4).
+    // -inf (max(x, -inf) = x). A row shorter than 256 skips the pairs whose upper vector is
+    // such a vector (rows of 128 at 16 lanes: the whole first level of four).
     let reached = if n >= 256 { nv } else { n.div_ceil(w) };
     let mut s = nv / 2;
     while s >= 1 {
