@@ -410,3 +410,33 @@ fn strict_f16_matmul_on_the_fma_kernel_is_the_reference() {
         }
     }
 }
+
+/// MATMUL's bias and activation (applied in place, a block of rows at a time, split over the
+/// pool) give the reference's bits in the strict tier for every epilogue: bias only, activation
+/// only, both; with outputs of many blocks and a row length that does not divide a block.
+#[test]
+fn strict_matmul_epilogue_over_many_blocks_is_the_reference() {
+    use adeadvm::exec::cpu::matmul;
+    use adeadvm::isa::DType;
+    let (m, n, k) = (150, 1000, 24);
+    let g = matmul_shape(m, n, k, false, true);
+    let (a, b) = (data(m * k, 11), data(k * n, 12));
+    let bias = data(n, 13);
+    let bias_shape = [n];
+    for (with_bias, act) in [(true, Act::None), (false, Act::Gelu), (true, Act::Gelu), (true, Act::Relu)] {
+        let bias = with_bias.then_some((&bias[..], &bias_shape[..]));
+        let mut want = vec![0.0f32; m * n];
+        reference::matmul(&g, &a, &b, bias, act, &mut want);
+        for ctx in contexts(Tier::Strict) {
+            let mut got = vec![f32::from_bits(0x7fbd_dead); m * n];
+            matmul(&ctx, &g, DType::F32, &a, &b, bias, act, &mut got);
+            assert!(
+                bits(&got) == bits(&want),
+                "bias {with_bias}, {act:?} at {:?} on {} threads: first difference {:?}",
+                ctx.level,
+                ctx.threads(),
+                first_diff(&got, &want)
+            );
+        }
+    }
+}

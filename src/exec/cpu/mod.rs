@@ -204,17 +204,27 @@ fn epilogue(ctx: &Ctx, n: usize, bias: Option<&[f32]>, op: Option<Unary>, out: &
     let block = |o: &mut [f32]| {
         EPILOGUE_TMP.with(|tmp| {
             let mut tmp = tmp.borrow_mut();
-            tmp.clear();
-            tmp.extend_from_slice(o);
-            if let Some(bv) = bias {
-                let shape = [o.len() / n, n];
-                simd::binary(&inline, reference::Binary::Add, &tmp, &shape, bv, &[n], o, &shape);
-                if op.is_some() {
-                    tmp.copy_from_slice(o);
+            tmp.resize(o.len(), 0.0);
+            let tmp = &mut tmp[..o.len()];
+            let shape = [o.len() / n, n];
+            let add_bias = |bv: &[f32], dst: &mut [f32], src: &[f32]| {
+                simd::binary(&inline, reference::Binary::Add, src, &shape, bv, &[n], dst, &shape)
+            };
+            // The block passes through `tmp` once: bias into it, the activation back out.
+            match (bias, op) {
+                (Some(bv), Some(op)) => {
+                    add_bias(bv, tmp, o);
+                    simd::unary(&inline, op, tmp, o);
                 }
-            }
-            if let Some(op) = op {
-                simd::unary(&inline, op, &tmp, o);
+                (Some(bv), None) => {
+                    add_bias(bv, tmp, o);
+                    o.copy_from_slice(tmp);
+                }
+                (None, Some(op)) => {
+                    tmp.copy_from_slice(o);
+                    simd::unary(&inline, op, tmp, o);
+                }
+                (None, None) => {}
             }
         })
     };
