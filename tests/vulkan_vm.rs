@@ -465,6 +465,33 @@ fn placement_hints_move_data_between_cpu_and_gpu() {
     assert_eq!(vm.output("b").unwrap(), &want["b"], "a rebound input is uploaded again");
 }
 
+/// Several GATHERs in one batch (a token and a position embedding, a tied output table): each
+/// has its own status slot, and the second once failed to record (its slot was bound at an offset
+/// that broke the storage-buffer alignment). The third GATHER's bad index must be the one reported.
+#[test]
+fn several_gathers_in_one_program_run_and_check_their_own_indices() {
+    if !vulkan() {
+        return;
+    }
+    let src = ".input %ids i32[2, 3]\n.input %pos i32[3]\n.const %word f32[10, 4] = rand(1)\n\
+               .const %posemb f32[6, 4] = rand(2)\n.output y f32[2, 3, 4]\n.output z f32[3, 4]\n\
+               ALLOC %w: f32[2, 3, 4]\nGATHER %w, %word, %ids\nALLOC %p: f32[3, 4]\nGATHER %p, %posemb, %pos\n\
+               ALLOC %y: f32[2, 3, 4]\nADD %y, %w, %p\nSTORE y, %y\nALLOC %q: f32[3, 4]\nGATHER %q, %word, %pos\n\
+               ADD %q, %q, %p\nSTORE z, %q\nFREE %q\nFREE %y\nFREE %p\nFREE %w\n";
+    let p = build(src);
+    let good = [("ids", i32s(&[2, 3], &[0, 9, 3, 4, 4, 1])), ("pos", i32s(&[3], &[5, 0, 2]))];
+    same_bits("three GATHERs", &p, &good);
+    // Positions 0..6 are valid for the position table, and 5 is valid for the word table too;
+    // 7 is outside the position table (6 rows) but inside the word table (10 rows).
+    let bad = [("ids", i32s(&[2, 3], &[0, 1, 2, 3, 4, 5])), ("pos", i32s(&[3], &[1, 7, 0]))];
+    let err = run_with(&p, &bad, gpu()).unwrap_err();
+    assert_eq!(
+        err,
+        "instruction 3 (line 10, GATHER): on the GPU: index 7 at position 1 of `pos` is outside the table's 6 rows"
+    );
+    assert_eq!(run_with(&p, &bad, cpu()).unwrap_err(), err.replace("on the GPU: ", ""));
+}
+
 #[test]
 fn gather_out_of_range_is_the_same_error_on_vulkan() {
     if !vulkan() {

@@ -802,8 +802,18 @@ impl Vm {
                 let g = self.gpu_mut();
                 let slot = g.gathers.len() as u32;
                 g.gathers.push(PendingGather { slot, index, indices, rows });
-                let st = g.status.slice(u64::from(slot) * 4, 4)?;
-                data::fill(g.exec.kernels(), &mut g.rec, &st, 1, u32::MAX)?;
+                // The batch's first GATHER resets every slot at once. A binding at another
+                // slot's offset would break the device's storage-buffer offset alignment
+                // (256 bytes on most devices), so slots are never bound one by one.
+                if slot == 0 {
+                    data::fill(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        &g.status.whole(),
+                        STATUS_SLOTS as usize,
+                        u32::MAX,
+                    )?;
+                }
                 self.with_dst_words(f, p, dst, |g, d| {
                     data::gather(
                         g.exec.kernels(),
