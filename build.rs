@@ -48,6 +48,8 @@ struct OperandSpec {
     name: String,
     kind: String,
     writes: bool,
+    /// Written in part (`:rw`): the tensor's other elements keep their values, so it is read too.
+    partial: bool,
     default: Option<String>,
     offset: usize,
 }
@@ -81,10 +83,11 @@ fn parse_operand(op: &str, text: &str, isa: &Isa, offset: usize) -> OperandSpec 
         None => (text, None),
     };
     let parts: Vec<&str> = head.split(':').map(str::trim).collect();
-    let (name, kind, writes) = match parts.as_slice() {
-        [n, k] => (*n, *k, false),
-        [n, k, "w"] => (*n, *k, true),
-        _ => fail(format!("{op}: operand `{text}` is not name:kind[:w][=default]")),
+    let (name, kind, writes, partial) = match parts.as_slice() {
+        [n, k] => (*n, *k, false, false),
+        [n, k, "w"] => (*n, *k, true, false),
+        [n, k, "rw"] => (*n, *k, true, true),
+        _ => fail(format!("{op}: operand `{text}` is not name:kind[:w|:rw][=default]")),
     };
     if !isa.kinds.contains_key(kind) {
         fail(format!("{op}: operand `{name}` has unknown kind `{kind}`"));
@@ -92,7 +95,7 @@ fn parse_operand(op: &str, text: &str, isa: &Isa, offset: usize) -> OperandSpec 
     if writes && kind != "tensor" {
         fail(format!("{op}: only a tensor operand can be written (`{name}`)"));
     }
-    OperandSpec { name: name.to_string(), kind: kind.to_string(), writes, default, offset }
+    OperandSpec { name: name.to_string(), kind: kind.to_string(), writes, partial, default, offset }
 }
 
 /// Rust expression for an operand default, as a generic `Operand`.
@@ -306,10 +309,11 @@ fn main() {
             };
             writeln!(
                 w,
-                "            OperandInfo {{ name: {:?}, kind: OperandKind::{}, writes: {}, offset: {}, default: {default} }},",
+                "            OperandInfo {{ name: {:?}, kind: OperandKind::{}, writes: {}, partial: {}, offset: {}, default: {default} }},",
                 s.name,
                 camel(&s.kind),
                 s.writes,
+                s.partial,
                 s.offset
             )
             .unwrap();
@@ -479,7 +483,9 @@ fn isa_markdown(isa: &Isa, ops: &[(&Op, String, Vec<OperandSpec>)]) -> String {
             .iter()
             .map(|s| {
                 let mut t = format!("`{}`: {}", s.name, s.kind);
-                if s.writes {
+                if s.partial {
+                    t.push_str(" (written in part)");
+                } else if s.writes {
                     t.push_str(" (written)");
                 }
                 if let Some(d) = &s.default {

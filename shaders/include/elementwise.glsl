@@ -17,6 +17,7 @@ float ew_unary(uint op, float x) {
     case 7u: return strict_sigmoid(x);
     case 8u: return strict_tanh(x);
     case 9u: return strict_gelu(x);
+    case 10u: return strict_silu(x);
     }
     return strict_i_nan();
 }

@@ -496,6 +496,13 @@ float strict_gelu(float x) {
     return strict_mul(strict_mul(0.5, x), strict_add(1.0, strict_erf(strict_mul(x, S_F(0x3f3504f3u)))));
 }
 
+// numerics::silu: sigmoid, then one rounded multiply; silu(-inf) = -0.
+float strict_silu(float x) {
+    x = strict_canon(x);
+    if (floatBitsToUint(x) == 0xff800000u) return S_F(S_SIGN);
+    return strict_mul(x, strict_sigmoid(x));
+}
+
 // ---- f16 / bf16 (integer only; packHalf2x16 rounding is implementation-defined) ----
 
 uint strict_i_shr_rne(uint v, uint s) {

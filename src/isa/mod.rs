@@ -187,6 +187,10 @@ pub struct OperandInfo {
     pub kind: OperandKind,
     /// True for the tensor the instruction writes.
     pub writes: bool,
+    /// True when that write is partial (`:rw` in opcodes/isa.toml): the elements it does not
+    /// write keep their values, so the tensor is read as well (it must hold data already, and
+    /// an executor must have its current bytes before it runs).
+    pub partial: bool,
     /// Byte offset inside the instruction.
     pub offset: u8,
     /// Present for optional operands.
@@ -272,6 +276,12 @@ impl Insn {
     /// The tensor this instruction writes, if any (ALLOC counts as writing its tensor).
     pub fn writes(&self) -> Option<TensorId> {
         self.tensor_operands().dst
+    }
+
+    /// The tensor this instruction writes in part (SCATTER, PUT, TSET), if any: the same as
+    /// [`Insn::writes`], but its other elements keep their values, so it is read too.
+    pub fn updates(&self) -> Option<TensorId> {
+        self.info().operands.iter().any(|o| o.partial).then(|| self.writes()).flatten()
     }
 }
 

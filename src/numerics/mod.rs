@@ -38,4 +38,4 @@ pub use ops::{add, canon, ftz, max, min, mul, sub, CANONICAL_NAN};
 pub use reduce::{
     dot, fma_chain_is_dot, layernorm_row, max_reduce, mean, rmsnorm_row, softmax_row, sum, REDUCE_LANES,
 };
-pub use transcendental::{erf, exp, gelu, log, sigmoid, tanh};
+pub use transcendental::{erf, exp, gelu, log, sigmoid, silu, tanh};

@@ -154,6 +154,17 @@ pub fn sigmoid(x: f32) -> f32 {
     recip(add(1.0, exp(neg(x))))
 }
 
+/// SiLU (swish), `x * sigmoid(x)`: [`sigmoid`], then one rounded multiply.
+///
+/// `x = -inf` -> -0 (the limit; the formula would give `-inf * 0`). NaN -> NaN.
+pub fn silu(x: f32) -> f32 {
+    let x = canon(x);
+    if x == f32::NEG_INFINITY {
+        return -0.0;
+    }
+    mul(x, sigmoid(x))
+}
+
 /// `erf(x) = x + x p(x^2)` on `|x| < 0.875`, p fitted in `u = x^2` (relative error).
 const ERF_SMALL: [f32; 7] = [
     1.283_791_7e-1,

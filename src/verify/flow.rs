@@ -314,6 +314,11 @@ impl Flow<'_, '_> {
                     self.need_alloc(i, st, t, "reads")?;
                     self.need_init(i, st, t, "reads")?;
                 }
+                if let Some(t) = insn.updates() {
+                    // A partial write keeps the rest of the tensor: it must hold data already.
+                    self.need_alloc(i, st, t, "writes into")?;
+                    self.need_init(i, st, t, "writes into part of")?;
+                }
                 if let Some(t) = insn.writes() {
                     self.need_alloc(i, st, t, "writes")?;
                     if self.is_temp(t) {

@@ -344,6 +344,39 @@ impl Check<'_, '_> {
                 Ok(())
             }
 
+            Insn::SliceR { dst, src, axis, .. } => self.window(("src", src), ("dst", dst), axis),
+            Insn::Put { dst, src, axis, .. } => self.window(("dst", dst), ("src", src), axis),
+
+            Insn::Scatter { dst, src, indices } => {
+                if self.dtype(indices)? != DType::I32 {
+                    return Err(format!(
+                        "SCATTER indices must be i32, but {} is not",
+                        self.role("indices", indices)
+                    ));
+                }
+                self.same_dtype(&[("dst", dst), ("src", src)])?;
+                self.min_rank(("dst", dst), 1)?;
+                self.min_rank(("src", src), 1)?;
+                let (ds, ss) = (self.shape(dst)?, self.shape(src)?);
+                if ds.last() != ss.last() {
+                    return Err(format!(
+                        "{} and {} must have the same last axis (the rows SCATTER moves)",
+                        self.role("dst", dst),
+                        self.role("src", src)
+                    ));
+                }
+                let want = ss[..ss.len() - 1].to_vec();
+                self.expect_shape(("indices", indices), &want, "src's shape without its last axis")
+            }
+
+            Insn::Tget { src: t, .. } | Insn::Tset { dst: t, .. } => {
+                if self.dtype(t)? != DType::I32 {
+                    let m = insn.info().mnemonic;
+                    return Err(format!("{m} moves i32 elements, but {} is not i32", self.role("tensor", t)));
+                }
+                Ok(())
+            }
+
             Insn::Concat { dst, a, b, axis } => {
                 self.same_dtype(&[("dst", dst), ("a", a), ("b", b)])?;
                 let (ds, as_, bs) = (self.shape(dst)?, self.shape(a)?, self.shape(b)?);
@@ -430,7 +463,36 @@ impl Check<'_, '_> {
                 )
             }
 
+            Insn::Argmax { dst, src } => {
+                if !self.dtype(src)?.is_float() {
+                    return Err(format!("ARGMAX takes a float src, but {} is not", self.role("src", src)));
+                }
+                if self.dtype(dst)? != DType::I32 {
+                    return Err(format!(
+                        "ARGMAX writes i32 indices, but {} is not i32",
+                        self.role("dst", dst)
+                    ));
+                }
+                self.min_rank(("src", src), 1)?;
+                let ss = self.shape(src)?;
+                let dropped = &ss[..ss.len() - 1];
+                let mut kept = dropped.to_vec();
+                kept.push(Dim::Const(1));
+                let ds = self.shape(dst)?;
+                if ds != dropped && ds != kept.as_slice() {
+                    return Err(format!(
+                        "{} should be {} (the last axis dropped) or {} (kept with size 1) for {}",
+                        self.role("dst", dst),
+                        self.st(dropped),
+                        self.st(&kept),
+                        self.role("src", src)
+                    ));
+                }
+                Ok(())
+            }
+
             Insn::Neg { dst, a }
+            | Insn::Silu { dst, a }
             | Insn::Abs { dst, a }
             | Insn::Sqrt { dst, a }
             | Insn::Rsqrt { dst, a }
@@ -571,6 +633,43 @@ impl Check<'_, '_> {
                 Ok(())
             }
         }
+    }
+
+    /// SLICE with a register start (`whole` is src, `part` dst) and PUT (`whole` is dst, `part`
+    /// src): the same rank, the same sizes on every axis but `axis`, and a part no longer than
+    /// the whole there where both sizes are known. Where the start lands is a run-time check.
+    fn window(&self, (rw, whole): (&str, TensorId), (rp, part): (&str, TensorId), axis: i8) -> R {
+        self.same_dtype(&[(rw, whole), (rp, part)])?;
+        let (ws, ps) = (self.shape(whole)?, self.shape(part)?);
+        if ws.len() != ps.len() {
+            return Err(format!(
+                "rank mismatch: {} and {} must have the same rank",
+                self.role(rw, whole),
+                self.role(rp, part)
+            ));
+        }
+        let ax = self.axis((rw, whole), axis)?;
+        for (k, (x, y)) in ws.iter().zip(ps).enumerate() {
+            if k != ax && x != y {
+                return Err(format!(
+                    "{} and {} differ on axis {k} ({} vs {}); only axis {ax} may differ",
+                    self.role(rw, whole),
+                    self.role(rp, part),
+                    self.cx.dim(*x),
+                    self.cx.dim(*y)
+                ));
+            }
+        }
+        if let (Dim::Const(n), Dim::Const(l)) = (ws[ax], ps[ax]) {
+            if l > n {
+                return Err(format!(
+                    "{} is longer on axis {ax} ({l}) than {} ({n})",
+                    self.role(rp, part),
+                    self.role(rw, whole)
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn norm(&self, dst: TensorId, x: TensorId, params: &[(&str, Option<TensorId>)]) -> R {

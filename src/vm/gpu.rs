@@ -19,18 +19,18 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::exec::cpu::reference::{strides, MatmulShape, Reduce};
+use crate::exec::cpu::reference::{strides, Binary, MatmulShape, Reduce, Unary};
 use crate::exec::vulkan::ops::rows::Tuning;
 use crate::exec::vulkan::ops::{data, rows};
 use crate::exec::vulkan::{
     Binding, Buffer, Download, Kernel, Recorder, Slice, Timestamp, VulkanError, VulkanExec,
 };
 use crate::format::{Program, TensorKind};
-use crate::isa::{Act, DType, Insn, Instruction, Opcode, Placement as Hint, TensorId, Tier};
+use crate::isa::{Act, DType, Insn, Instruction, Placement as Hint, TensorId, Tier};
 use crate::numerics as nx;
 use crate::verify::{MemoryPlan, VerifiedProgram};
 
-use super::{binary_of, norm_axis, unary_of, ConstStore, Flow, Frame, Loc, Vm, VmError};
+use super::{norm_axis, ConstStore, Flow, Frame, Loc, Vm, VmError};
 
 /// Which executor runs tensor instructions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -371,6 +371,13 @@ impl Vm {
             Insn::Kernel { .. } | Insn::GpuSync => return true,
             Insn::Store { src, .. } => return g.valid[src.0 as usize] == Valid::Device,
             Insn::Alloc { .. } => return false,
+            // The host runs these (see `record`): the partial writes and ARGMAX move little
+            // data, and TGET and TSET touch registers.
+            Insn::SliceR { .. }
+            | Insn::Put { .. }
+            | Insn::Scatter { .. }
+            | Insn::Tset { .. }
+            | Insn::Argmax { .. } => return false,
             _ if writes.is_none() => return false,
             _ => {}
         }
@@ -404,8 +411,9 @@ impl Vm {
             g.valid[t.0 as usize] = Valid::Nowhere;
             return Ok(());
         }
-        // `download_temp` skips a tensor that is not only on the device.
-        for t in insn.reads() {
+        // `download_temp` skips a tensor that is not only on the device. A partial write
+        // keeps the rest of its destination, so the destination's bytes come back too.
+        for t in insn.reads().chain(insn.updates()) {
             self.download_temp(p, f, t)?;
         }
         Ok(())
@@ -870,63 +878,29 @@ impl Vm {
                 let g = self.gpu_mut();
                 data::unary_i32(g.exec.kernels(), &mut g.rec, neg, &d, &s, n)?;
             }
-            Insn::Neg { dst, a }
-            | Insn::Abs { dst, a }
-            | Insn::Sqrt { dst, a }
-            | Insn::Rsqrt { dst, a }
-            | Insn::Exp { dst, a }
-            | Insn::Log { dst, a }
-            | Insn::Relu { dst, a }
-            | Insn::Sigmoid { dst, a }
-            | Insn::Tanh { dst, a }
-            | Insn::Gelu { dst, a } => {
-                let op = unary_of(insn.opcode());
-                cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                let n = n_of(f, dst) as usize;
-                let s = self.src_f32(p, f, a, dst, true)?;
-                self.with_dst_f32(f, p, dst, |g, d| {
-                    data::unary(g.exec.kernels(), &mut g.rec, op, p.tier, d, &s, n)
-                })?;
-            }
-            Insn::Add { dst, a, b }
-            | Insn::Sub { dst, a, b }
-            | Insn::Mul { dst, a, b }
-            | Insn::Div { dst, a, b }
-            | Insn::Max { dst, a, b }
-            | Insn::Min { dst, a, b } => {
-                let op = binary_of(insn.opcode());
-                // Borrowed, not cloned: the commonest instructions record without allocating.
-                let (sa, sb, so) =
-                    (&f.shapes[a.0 as usize], &f.shapes[b.0 as usize], &f.shapes[dst.0 as usize]);
-                cost = (n_of(f, dst), (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
-                if dt(dst) == DType::I32 {
-                    let va = self.src(p, f, a)?;
-                    let vb = self.src(p, f, b)?;
-                    let d = self.dst(f, dst)?;
-                    let g = self.gpu_mut();
-                    data::binary_i32(g.exec.kernels(), &mut g.rec, op, &d, &va, sa, &vb, sb, so)?;
-                } else {
-                    let va = self.src_f32(p, f, a, dst, true)?;
-                    let vb = self.src_f32(p, f, b, dst, true)?;
-                    self.with_dst_f32(f, p, dst, |g, d| {
-                        data::binary(g.exec.kernels(), &mut g.rec, op, d, &va, sa, &vb, sb, so)
-                    })?;
-                }
-            }
-            Insn::AddS { dst, a, s }
-            | Insn::SubS { dst, a, s }
-            | Insn::MulS { dst, a, s }
-            | Insn::DivS { dst, a, s }
-            | Insn::MaxS { dst, a, s }
-            | Insn::MinS { dst, a, s } => {
-                let op = binary_of(insn.opcode());
-                cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                let n = n_of(f, dst) as usize;
-                let va = self.src_f32(p, f, a, dst, true)?;
-                self.with_dst_f32(f, p, dst, |g, d| {
-                    data::binary_scalar(g.exec.kernels(), &mut g.rec, op, d, &va, s, n)
-                })?;
-            }
+            Insn::Neg { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Neg)?,
+            Insn::Abs { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Abs)?,
+            Insn::Sqrt { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Sqrt)?,
+            Insn::Rsqrt { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Rsqrt)?,
+            Insn::Exp { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Exp)?,
+            Insn::Log { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Log)?,
+            Insn::Relu { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Relu)?,
+            Insn::Sigmoid { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Sigmoid)?,
+            Insn::Tanh { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Tanh)?,
+            Insn::Gelu { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Gelu)?,
+            Insn::Silu { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Silu)?,
+            Insn::Add { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Add)?,
+            Insn::Sub { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Sub)?,
+            Insn::Mul { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Mul)?,
+            Insn::Div { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Div)?,
+            Insn::Max { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Max)?,
+            Insn::Min { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Min)?,
+            Insn::AddS { dst, a, s } => cost = self.gpu_binary_scalar(p, f, dst, a, s, Binary::Add)?,
+            Insn::SubS { dst, a, s } => cost = self.gpu_binary_scalar(p, f, dst, a, s, Binary::Sub)?,
+            Insn::MulS { dst, a, s } => cost = self.gpu_binary_scalar(p, f, dst, a, s, Binary::Mul)?,
+            Insn::DivS { dst, a, s } => cost = self.gpu_binary_scalar(p, f, dst, a, s, Binary::Div)?,
+            Insn::MaxS { dst, a, s } => cost = self.gpu_binary_scalar(p, f, dst, a, s, Binary::Max)?,
+            Insn::MinS { dst, a, s } => cost = self.gpu_binary_scalar(p, f, dst, a, s, Binary::Min)?,
             Insn::Matmul { dst, a, b, bias, ta, tb, act } => {
                 let gs = MatmulShape { a: shape(f, a), b: shape(f, b), out: shape(f, dst), ta, tb };
                 let k = if ta { gs.a[gs.a.len() - 2] } else { gs.a[gs.a.len() - 1] } as u64;
@@ -1080,26 +1054,14 @@ impl Vm {
                     rows::rmsnorm_in(k, &mut g.rec, p.tier, d, &vx, rows_n, n, vg.as_ref(), eps, &t)
                 })?;
             }
-            Insn::ReduceSum { dst, src, axis }
-            | Insn::ReduceMean { dst, src, axis }
-            | Insn::ReduceMax { dst, src, axis } => {
-                let op = match insn.opcode() {
-                    Opcode::ReduceSum => Reduce::Sum,
-                    Opcode::ReduceMean => Reduce::Mean,
-                    _ => Reduce::Max,
-                };
-                let sh = shape(f, src);
-                let ax = norm_axis(axis, sh.len());
-                cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
-                let vx = self.src_f32(p, f, src, dst, false)?;
-                // Where the reduced axis is cut (few outputs), the partial results.
-                let bytes = rows::reduce_partials(p.tier, op, &sh, ax);
-                let partials =
-                    if bytes > 0 { Some(self.gpu.as_mut().expect("device").scratch(bytes)?) } else { None };
-                self.with_dst_f32(f, p, dst, |g, d| {
-                    let (k, t) = (g.exec.kernels(), Tuning::default());
-                    rows::reduce_in(k, &mut g.rec, p.tier, op, d, &vx, &sh, ax, partials.as_ref(), &t)
-                })?;
+            Insn::ReduceSum { dst, src, axis } => {
+                cost = self.gpu_reduce(p, f, dst, src, axis, Reduce::Sum)?
+            }
+            Insn::ReduceMean { dst, src, axis } => {
+                cost = self.gpu_reduce(p, f, dst, src, axis, Reduce::Mean)?
+            }
+            Insn::ReduceMax { dst, src, axis } => {
+                cost = self.gpu_reduce(p, f, dst, src, axis, Reduce::Max)?
             }
             Insn::Kernel { k } => {
                 let decl = &p.kernels[k.0 as usize];
@@ -1131,9 +1093,129 @@ impl Vm {
                 self.gpu_mut().rec.dispatch(&kernel, &bindings, push, decl.groups)?;
             }
             Insn::GpuSync => self.gpu_sync(p)?,
-            _ => unreachable!("control instructions run on the host"),
+            // Run by the host (`on_gpu` never places them on the device): control flow and
+            // registers, ALLOC and FREE, and the partial writes and register moves whose
+            // device kernels are not written yet.
+            Insn::Nop
+            | Insn::Halt
+            | Insn::Jmp { .. }
+            | Insn::Jz { .. }
+            | Insn::Jnz { .. }
+            | Insn::Iset { .. }
+            | Insn::Iadd { .. }
+            | Insn::Iaddi { .. }
+            | Insn::Isub { .. }
+            | Insn::Imul { .. }
+            | Insn::Ilt { .. }
+            | Insn::Ieq { .. }
+            | Insn::Alloc { .. }
+            | Insn::Free { .. }
+            | Insn::Tget { .. }
+            | Insn::Tset { .. }
+            | Insn::SliceR { .. }
+            | Insn::Put { .. }
+            | Insn::Scatter { .. }
+            | Insn::Argmax { .. } => {
+                return Err(self.runtime_error(
+                    index,
+                    "internal: an instruction the host runs was placed on the GPU".into(),
+                ))
+            }
         }
         Ok((Flow::Next, cost))
+    }
+
+    /// Records a float unary instruction; returns its (flops, bytes).
+    fn gpu_unary(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        a: TensorId,
+        op: Unary,
+    ) -> Result<(u64, u64), VmError> {
+        let n = f.counts[dst.0 as usize];
+        let s = self.src_f32(p, f, a, dst, true)?;
+        self.with_dst_f32(f, p, dst, |g, d| {
+            data::unary(g.exec.kernels(), &mut g.rec, op, p.tier, d, &s, n as usize)
+        })?;
+        Ok((n, 2 * n * p.tensors[dst.0 as usize].dtype.size() as u64))
+    }
+
+    /// Records a broadcasting binary instruction (float or i32); returns its (flops, bytes).
+    fn gpu_binary(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        a: TensorId,
+        b: TensorId,
+        op: Binary,
+    ) -> Result<(u64, u64), VmError> {
+        let dtype = p.tensors[dst.0 as usize].dtype;
+        // Borrowed, not cloned: the commonest instructions record without allocating.
+        let (sa, sb, so) = (&f.shapes[a.0 as usize], &f.shapes[b.0 as usize], &f.shapes[dst.0 as usize]);
+        let n = |t: TensorId| f.counts[t.0 as usize];
+        if dtype == DType::I32 {
+            let va = self.src(p, f, a)?;
+            let vb = self.src(p, f, b)?;
+            let d = self.dst(f, dst)?;
+            let g = self.gpu_mut();
+            data::binary_i32(g.exec.kernels(), &mut g.rec, op, &d, &va, sa, &vb, sb, so)?;
+        } else {
+            let va = self.src_f32(p, f, a, dst, true)?;
+            let vb = self.src_f32(p, f, b, dst, true)?;
+            self.with_dst_f32(f, p, dst, |g, d| {
+                data::binary(g.exec.kernels(), &mut g.rec, op, d, &va, sa, &vb, sb, so)
+            })?;
+        }
+        Ok((n(dst), (n(a) + n(b) + n(dst)) * dtype.size() as u64))
+    }
+
+    /// Records a float binary instruction with a scalar immediate; returns its (flops, bytes).
+    fn gpu_binary_scalar(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        a: TensorId,
+        s: f32,
+        op: Binary,
+    ) -> Result<(u64, u64), VmError> {
+        let n = f.counts[dst.0 as usize];
+        let va = self.src_f32(p, f, a, dst, true)?;
+        self.with_dst_f32(f, p, dst, |g, d| {
+            data::binary_scalar(g.exec.kernels(), &mut g.rec, op, d, &va, s, n as usize)
+        })?;
+        Ok((n, 2 * n * p.tensors[dst.0 as usize].dtype.size() as u64))
+    }
+
+    /// Records a reduction over one axis; returns its (flops, bytes).
+    fn gpu_reduce(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        src: TensorId,
+        axis: i8,
+        op: Reduce,
+    ) -> Result<(u64, u64), VmError> {
+        let n_of = |f: &Frame, t: TensorId| f.counts[t.0 as usize];
+        let shape = |f: &Frame, t: TensorId| f.shapes[t.0 as usize].clone();
+        let dt = |t: TensorId| p.tensors[t.0 as usize].dtype;
+        let sh = shape(f, src);
+        let ax = norm_axis(axis, sh.len());
+        let cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
+        let vx = self.src_f32(p, f, src, dst, false)?;
+        // Where the reduced axis is cut (few outputs), the partial results.
+        let bytes = rows::reduce_partials(p.tier, op, &sh, ax);
+        let partials =
+            if bytes > 0 { Some(self.gpu.as_mut().expect("device").scratch(bytes)?) } else { None };
+        self.with_dst_f32(f, p, dst, |g, d| {
+            let (k, t) = (g.exec.kernels(), Tuning::default());
+            rows::reduce_in(k, &mut g.rec, p.tier, op, d, &vx, &sh, ax, partials.as_ref(), &t)
+        })?;
+        Ok(cost)
     }
 
     fn gpu_mut(&mut self) -> &mut Gpu {

@@ -22,7 +22,7 @@ use crate::exec::cpu::fpenv::FtzGuard;
 use crate::exec::cpu::reference::{self as r, Binary, MatmulShape, Reduce, Unary};
 use crate::exec::cpu::{self as cpu, simd, worker_pool, Ctx, SimdLevel};
 use crate::format::{ConstData, Program, TensorKind};
-use crate::isa::{DType, Dim, Insn, Instruction, Opcode, TensorId, MAX_TENSOR_READS};
+use crate::isa::{DType, Dim, Insn, Instruction, TensorId, MAX_TENSOR_READS};
 use crate::numerics as nx;
 use crate::verify::{MemoryPlan, VerifiedProgram};
 
@@ -666,6 +666,86 @@ impl Vm {
                     ));
                 }
             }
+            Insn::SliceR { dst, src, axis, start } => {
+                let shape = f.shapes[src.0 as usize].clone();
+                let ax = norm_axis(axis, shape.len());
+                let len = f.shapes[dst.0 as usize][ax];
+                let start = self.window_start(index, reg(f, start), start, len, shape[ax], "slice")?;
+                let size = dt(dst).size();
+                cost.1 = 2 * n_of(f, dst) * size as u64;
+                self.raw_op(p, f, dst, &[src], |out, ins| {
+                    let mut byte_shape = shape.clone();
+                    byte_shape.push(size);
+                    r::slice(ins[0], &byte_shape, ax, start, len, out)
+                });
+            }
+            Insn::Put { dst, src, axis, start } => {
+                let shape = f.shapes[dst.0 as usize].clone();
+                let ax = norm_axis(axis, shape.len());
+                let len = f.shapes[src.0 as usize][ax];
+                let start = self.window_start(index, reg(f, start), start, len, shape[ax], "put")?;
+                let size = dt(dst).size();
+                cost.1 = 2 * n_of(f, src) * size as u64;
+                self.raw_op(p, f, dst, &[src], |out, ins| {
+                    let mut byte_shape = shape.clone();
+                    byte_shape.push(size);
+                    r::put(ins[0], &byte_shape, ax, start, len, out)
+                });
+            }
+            Insn::Scatter { dst, src, indices } => {
+                let dshape = &f.shapes[dst.0 as usize];
+                let n = dshape.last().copied().unwrap_or(1);
+                let rows = if n == 0 { 0 } else { n_of(f, dst) as usize / n };
+                let row = n * dt(dst).size();
+                cost.1 = 2 * n_of(f, src) * dt(dst).size() as u64;
+                let mut bad = None;
+                self.raw_op(p, f, dst, &[src, indices], |out, ins| {
+                    let idx: Cow<[i32]> = cast_or_copy(ins[1]);
+                    bad = r::scatter(ins[0], row, &idx, rows, out).err();
+                });
+                if let Some((pos, v)) = bad {
+                    return Err(self.runtime_error(
+                        index,
+                        format!(
+                            "index {v} at position {pos} of `{}` is outside the destination's {rows} rows",
+                            p.tensors[indices.0 as usize].name
+                        ),
+                    ));
+                }
+            }
+            Insn::Tget { rd, src, index: ix } => {
+                let at = reg(f, ix);
+                let n = n_of(f, src);
+                if at < 0 || at as u64 >= n {
+                    return Err(self.runtime_error(
+                        index,
+                        format!(
+                            "index r{} = {at} is outside `{}`'s {n} elements",
+                            ix.0, p.tensors[src.0 as usize].name
+                        ),
+                    ));
+                }
+                let bytes = self.bytes_of(&f.locs[src.0 as usize]);
+                let k = at as usize * 4;
+                let word = bytes.get(k..k + 4).map_or(0, |w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+                f.regs[rd.0 as usize] = i64::from(word);
+            }
+            Insn::Tset { dst, index: ix, value } => {
+                let at = reg(f, ix);
+                let n = n_of(f, dst);
+                if at < 0 || at as u64 >= n {
+                    return Err(self.runtime_error(
+                        index,
+                        format!(
+                            "index r{} = {at} is outside `{}`'s {n} elements",
+                            ix.0, p.tensors[dst.0 as usize].name
+                        ),
+                    ));
+                }
+                // Two's complement wrap to 32 bits, as the ISA says.
+                let v = reg(f, value) as i32;
+                self.int_op(p, f, dst, &[], |out, _| out[at as usize] = v);
+            }
             Insn::Fill { dst, value } => {
                 cost.1 = n_of(f, dst) * dt(dst).size() as u64;
                 if dt(dst) == DType::I32 {
@@ -694,73 +774,36 @@ impl Vm {
                     }
                 });
             }
-            Insn::Neg { dst, a }
-            | Insn::Abs { dst, a }
-            | Insn::Sqrt { dst, a }
-            | Insn::Rsqrt { dst, a }
-            | Insn::Exp { dst, a }
-            | Insn::Log { dst, a }
-            | Insn::Relu { dst, a }
-            | Insn::Sigmoid { dst, a }
-            | Insn::Tanh { dst, a }
-            | Insn::Gelu { dst, a } => {
-                let op = unary_of(insn.opcode());
-                cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                let ctx = f.ctx();
-                self.float_op(p, f, dst, &[Some(a)], |out, ins| {
-                    simd::unary(&ctx, op, ins[0].unwrap_or_default(), out)
-                });
-            }
-            Insn::Add { dst, a, b }
-            | Insn::Sub { dst, a, b }
-            | Insn::Mul { dst, a, b }
-            | Insn::Div { dst, a, b }
-            | Insn::Max { dst, a, b }
-            | Insn::Min { dst, a, b } => {
-                let op = binary_of(insn.opcode());
-                // Borrowed, not cloned: this runs once per instruction (no allocation).
-                let (sa, sb, so) =
-                    (&f.shapes[a.0 as usize], &f.shapes[b.0 as usize], &f.shapes[dst.0 as usize]);
-                cost = (n_of(f, dst), (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
-                if dt(dst) == DType::I32 {
-                    self.int_op(p, f, dst, &[Some(a), Some(b)], |out, ins| {
-                        r::binary_i32(
-                            op,
-                            ins[0].unwrap_or_default(),
-                            sa,
-                            ins[1].unwrap_or_default(),
-                            sb,
-                            out,
-                            so,
-                        )
-                    });
-                } else {
-                    let ctx = f.ctx();
-                    self.float_op(p, f, dst, &[Some(a), Some(b)], |out, ins| {
-                        simd::binary(
-                            &ctx,
-                            op,
-                            ins[0].unwrap_or_default(),
-                            sa,
-                            ins[1].unwrap_or_default(),
-                            sb,
-                            out,
-                            so,
-                        )
-                    });
-                }
-            }
-            Insn::AddS { dst, a, s }
-            | Insn::SubS { dst, a, s }
-            | Insn::MulS { dst, a, s }
-            | Insn::DivS { dst, a, s }
-            | Insn::MaxS { dst, a, s }
-            | Insn::MinS { dst, a, s } => {
-                let op = binary_of(insn.opcode());
-                cost = (n_of(f, dst), 2 * n_of(f, dst) * dt(dst).size() as u64);
-                let ctx = f.ctx();
-                self.float_op(p, f, dst, &[Some(a)], |out, ins| {
-                    simd::binary_scalar(&ctx, op, ins[0].unwrap_or_default(), s, out)
+            Insn::Neg { dst, a } => cost = self.unary(p, f, dst, a, Unary::Neg),
+            Insn::Abs { dst, a } => cost = self.unary(p, f, dst, a, Unary::Abs),
+            Insn::Sqrt { dst, a } => cost = self.unary(p, f, dst, a, Unary::Sqrt),
+            Insn::Rsqrt { dst, a } => cost = self.unary(p, f, dst, a, Unary::Rsqrt),
+            Insn::Exp { dst, a } => cost = self.unary(p, f, dst, a, Unary::Exp),
+            Insn::Log { dst, a } => cost = self.unary(p, f, dst, a, Unary::Log),
+            Insn::Relu { dst, a } => cost = self.unary(p, f, dst, a, Unary::Relu),
+            Insn::Sigmoid { dst, a } => cost = self.unary(p, f, dst, a, Unary::Sigmoid),
+            Insn::Tanh { dst, a } => cost = self.unary(p, f, dst, a, Unary::Tanh),
+            Insn::Gelu { dst, a } => cost = self.unary(p, f, dst, a, Unary::Gelu),
+            Insn::Silu { dst, a } => cost = self.unary(p, f, dst, a, Unary::Silu),
+            Insn::Add { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Add),
+            Insn::Sub { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Sub),
+            Insn::Mul { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Mul),
+            Insn::Div { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Div),
+            Insn::Max { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Max),
+            Insn::Min { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Min),
+            Insn::AddS { dst, a, s } => cost = self.binary_scalar(p, f, dst, a, s, Binary::Add),
+            Insn::SubS { dst, a, s } => cost = self.binary_scalar(p, f, dst, a, s, Binary::Sub),
+            Insn::MulS { dst, a, s } => cost = self.binary_scalar(p, f, dst, a, s, Binary::Mul),
+            Insn::DivS { dst, a, s } => cost = self.binary_scalar(p, f, dst, a, s, Binary::Div),
+            Insn::MaxS { dst, a, s } => cost = self.binary_scalar(p, f, dst, a, s, Binary::Max),
+            Insn::MinS { dst, a, s } => cost = self.binary_scalar(p, f, dst, a, s, Binary::Min),
+            Insn::Argmax { dst, src } => {
+                let n = f.shapes[src.0 as usize].last().copied().unwrap_or(1);
+                cost = (n_of(f, src), n_of(f, src) * dt(src).size() as u64 + n_of(f, dst) * 4);
+                let sd = dt(src);
+                self.with_operands(p, f, dst, &[Some(src)], |out, views| {
+                    let x = to_f32(views[0].unwrap_or_default(), sd);
+                    r::argmax(&x, n, bytemuck::cast_slice_mut(out));
                 });
             }
             Insn::Matmul { dst, a, b, bias, ta, tb, act } => {
@@ -816,22 +859,9 @@ impl Vm {
                     simd::rmsnorm(&ctx, ins[0].unwrap_or_default(), n, ins[1], eps, out)
                 });
             }
-            Insn::ReduceSum { dst, src, axis }
-            | Insn::ReduceMean { dst, src, axis }
-            | Insn::ReduceMax { dst, src, axis } => {
-                let op = match insn.opcode() {
-                    Opcode::ReduceSum => Reduce::Sum,
-                    Opcode::ReduceMean => Reduce::Mean,
-                    _ => Reduce::Max,
-                };
-                let shape = &f.shapes[src.0 as usize];
-                let ax = norm_axis(axis, shape.len());
-                cost = (n_of(f, src), (n_of(f, src) + n_of(f, dst)) * dt(dst).size() as u64);
-                let ctx = f.ctx();
-                self.float_op(p, f, dst, &[Some(src)], |out, ins| {
-                    simd::reduce(&ctx, op, ins[0].unwrap_or_default(), shape, ax, out)
-                });
-            }
+            Insn::ReduceSum { dst, src, axis } => cost = self.reduce(p, f, dst, src, axis, Reduce::Sum),
+            Insn::ReduceMean { dst, src, axis } => cost = self.reduce(p, f, dst, src, axis, Reduce::Mean),
+            Insn::ReduceMax { dst, src, axis } => cost = self.reduce(p, f, dst, src, axis, Reduce::Max),
             Insn::Kernel { .. } => {
                 return Err(self.runtime_error(
                     index,
@@ -841,6 +871,110 @@ impl Vm {
             }
         }
         Ok((Flow::Next, cost))
+    }
+
+    /// Checks a register start for SLICE or PUT (`len` elements of an axis of `size`).
+    fn window_start(
+        &self,
+        index: usize,
+        v: i64,
+        r: crate::isa::Reg,
+        len: usize,
+        size: usize,
+        what: &str,
+    ) -> Result<usize, VmError> {
+        if v < 0 || (v as u64).saturating_add(len as u64) > size as u64 {
+            return Err(self.runtime_error(
+                index,
+                format!("{what} r{} = {v} .. {v} + {len} is outside the axis of size {size}", r.0),
+            ));
+        }
+        Ok(v as usize)
+    }
+
+    /// A float unary instruction; returns its (flops, bytes).
+    fn unary(&mut self, p: &Program, f: &Frame, dst: TensorId, a: TensorId, op: Unary) -> (u64, u64) {
+        let n = f.counts[dst.0 as usize];
+        let ctx = f.ctx();
+        self.float_op(p, f, dst, &[Some(a)], |out, ins| {
+            simd::unary(&ctx, op, ins[0].unwrap_or_default(), out)
+        });
+        (n, 2 * n * p.tensors[dst.0 as usize].dtype.size() as u64)
+    }
+
+    /// A broadcasting binary instruction (float or i32); returns its (flops, bytes).
+    fn binary(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        a: TensorId,
+        b: TensorId,
+        op: Binary,
+    ) -> (u64, u64) {
+        let dtype = p.tensors[dst.0 as usize].dtype;
+        // Borrowed, not cloned: this runs once per instruction (no allocation).
+        let (sa, sb, so) = (&f.shapes[a.0 as usize], &f.shapes[b.0 as usize], &f.shapes[dst.0 as usize]);
+        let n = |t: TensorId| f.counts[t.0 as usize];
+        let cost = (n(dst), (n(a) + n(b) + n(dst)) * dtype.size() as u64);
+        if dtype == DType::I32 {
+            self.int_op(p, f, dst, &[Some(a), Some(b)], |out, ins| {
+                r::binary_i32(op, ins[0].unwrap_or_default(), sa, ins[1].unwrap_or_default(), sb, out, so)
+            });
+        } else {
+            let ctx = f.ctx();
+            self.float_op(p, f, dst, &[Some(a), Some(b)], |out, ins| {
+                simd::binary(
+                    &ctx,
+                    op,
+                    ins[0].unwrap_or_default(),
+                    sa,
+                    ins[1].unwrap_or_default(),
+                    sb,
+                    out,
+                    so,
+                )
+            });
+        }
+        cost
+    }
+
+    /// A float binary instruction with a scalar immediate; returns its (flops, bytes).
+    fn binary_scalar(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        a: TensorId,
+        s: f32,
+        op: Binary,
+    ) -> (u64, u64) {
+        let n = f.counts[dst.0 as usize];
+        let ctx = f.ctx();
+        self.float_op(p, f, dst, &[Some(a)], |out, ins| {
+            simd::binary_scalar(&ctx, op, ins[0].unwrap_or_default(), s, out)
+        });
+        (n, 2 * n * p.tensors[dst.0 as usize].dtype.size() as u64)
+    }
+
+    /// A reduction over one axis; returns its (flops, bytes).
+    fn reduce(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        src: TensorId,
+        axis: i8,
+        op: Reduce,
+    ) -> (u64, u64) {
+        let shape = &f.shapes[src.0 as usize];
+        let ax = norm_axis(axis, shape.len());
+        let (ns, nd) = (f.counts[src.0 as usize], f.counts[dst.0 as usize]);
+        let ctx = f.ctx();
+        self.float_op(p, f, dst, &[Some(src)], |out, ins| {
+            simd::reduce(&ctx, op, ins[0].unwrap_or_default(), shape, ax, out)
+        });
+        (ns, (ns + nd) * p.tensors[dst.0 as usize].dtype.size() as u64)
     }
 
     /// Splits storage into the destination (a temporary in the arena) and up to
@@ -1048,32 +1182,6 @@ fn norm_axis(axis: i8, rank: usize) -> usize {
         (rank as i64 + axis as i64) as usize
     } else {
         axis as usize
-    }
-}
-
-fn unary_of(op: Opcode) -> Unary {
-    match op {
-        Opcode::Neg => Unary::Neg,
-        Opcode::Abs => Unary::Abs,
-        Opcode::Sqrt => Unary::Sqrt,
-        Opcode::Rsqrt => Unary::Rsqrt,
-        Opcode::Exp => Unary::Exp,
-        Opcode::Log => Unary::Log,
-        Opcode::Relu => Unary::Relu,
-        Opcode::Sigmoid => Unary::Sigmoid,
-        Opcode::Tanh => Unary::Tanh,
-        _ => Unary::Gelu,
-    }
-}
-
-fn binary_of(op: Opcode) -> Binary {
-    match op {
-        Opcode::Add | Opcode::AddS => Binary::Add,
-        Opcode::Sub | Opcode::SubS => Binary::Sub,
-        Opcode::Mul | Opcode::MulS => Binary::Mul,
-        Opcode::Div | Opcode::DivS => Binary::Div,
-        Opcode::Max | Opcode::MaxS => Binary::Max,
-        _ => Binary::Min,
     }
 }
 

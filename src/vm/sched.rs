@@ -28,8 +28,8 @@
 
 use std::ops::{ControlFlow, Range};
 
-use super::{binary_of, norm_axis, unary_of, ConstStore, Frame, Loc, Observer, StepEvent, Vm};
-use crate::exec::cpu::reference::{MatmulShape, Reduce};
+use super::{norm_axis, ConstStore, Frame, Loc, Observer, StepEvent, Vm};
+use crate::exec::cpu::reference::{Binary, MatmulShape, Reduce, Unary};
 use crate::exec::cpu::{self as cpu, simd, Ctx};
 use crate::format::Program;
 use crate::isa::{DType, Group, Insn, Opcode, TensorId, TensorOperands, MAX_TENSOR_READS};
@@ -63,7 +63,7 @@ struct Member {
 /// functions of their tensor operands that cannot fail at run time), and all of which
 /// [`run_kernel`] runs.
 fn operands(insn: &Insn) -> Option<(TensorId, [Option<TensorId>; MAX_TENSOR_READS])> {
-    if !matches!(insn.info().group, Group::Elementwise | Group::Tensor) {
+    if !batchable(insn) {
         return None;
     }
     let TensorOperands { dst, srcs } = insn.tensor_operands();
@@ -94,6 +94,7 @@ fn cost(f: &Frame, insn: &Insn, dst: TensorId, srcs: &[Option<TensorId>]) -> (u6
         Opcode::Layernorm => (8 * nd, 2 * nd * 4),
         Opcode::Rmsnorm => (4 * nd, 2 * nd * 4),
         Opcode::ReduceSum | Opcode::ReduceMean | Opcode::ReduceMax => (ns0, (ns0 + nd) * 4),
+        // Unary and scalar elementwise (the other members): one flop and two words an element.
         _ => (nd, 2 * nd * 4),
     }
 }
@@ -111,10 +112,20 @@ fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
 }
 
 /// Runs one batch member on its sources (`ins` holds them in the slots of
-/// [`TensorOperands::srcs`]): the same calls as `Vm::exec`.
+/// [`TensorOperands::srcs`]): the same calls as `Vm::exec`. Every instruction is listed: a new
+/// opcode must say here whether and how it runs in a batch.
 fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<&[f32]>; MAX_TENSOR_READS]) {
     let shape = |t: TensorId| f.shapes[t.0 as usize].as_slice();
     let x = ins[0].unwrap_or_default();
+    let unary = |op: Unary, out: &mut [f32]| simd::unary(ctx, op, x, out);
+    let binary = |op: Binary, a: TensorId, b: TensorId, dst: TensorId, out: &mut [f32]| {
+        simd::binary(ctx, op, x, shape(a), ins[1].unwrap_or_default(), shape(b), out, shape(dst))
+    };
+    let scalar = |op: Binary, s: f32, out: &mut [f32]| simd::binary_scalar(ctx, op, x, s, out);
+    let reduce = |op: Reduce, src: TensorId, axis: i8, out: &mut [f32]| {
+        let s = shape(src);
+        simd::reduce(ctx, op, x, s, norm_axis(axis, s.len()), out)
+    };
     match *insn {
         Insn::Matmul { dst, a, b, bias, ta, tb, act } => {
             let g =
@@ -123,27 +134,29 @@ fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<
             // Batches take f32 tensors only (`member`).
             cpu::matmul(ctx, &g, DType::F32, x, ins[1].unwrap_or_default(), bias, act, out);
         }
-        Insn::Add { dst, a, b }
-        | Insn::Sub { dst, a, b }
-        | Insn::Mul { dst, a, b }
-        | Insn::Div { dst, a, b }
-        | Insn::Max { dst, a, b }
-        | Insn::Min { dst, a, b } => simd::binary(
-            ctx,
-            binary_of(insn.opcode()),
-            x,
-            shape(a),
-            ins[1].unwrap_or_default(),
-            shape(b),
-            out,
-            shape(dst),
-        ),
-        Insn::AddS { s, .. }
-        | Insn::SubS { s, .. }
-        | Insn::MulS { s, .. }
-        | Insn::DivS { s, .. }
-        | Insn::MaxS { s, .. }
-        | Insn::MinS { s, .. } => simd::binary_scalar(ctx, binary_of(insn.opcode()), x, s, out),
+        Insn::Add { dst, a, b } => binary(Binary::Add, a, b, dst, out),
+        Insn::Sub { dst, a, b } => binary(Binary::Sub, a, b, dst, out),
+        Insn::Mul { dst, a, b } => binary(Binary::Mul, a, b, dst, out),
+        Insn::Div { dst, a, b } => binary(Binary::Div, a, b, dst, out),
+        Insn::Max { dst, a, b } => binary(Binary::Max, a, b, dst, out),
+        Insn::Min { dst, a, b } => binary(Binary::Min, a, b, dst, out),
+        Insn::AddS { s, .. } => scalar(Binary::Add, s, out),
+        Insn::SubS { s, .. } => scalar(Binary::Sub, s, out),
+        Insn::MulS { s, .. } => scalar(Binary::Mul, s, out),
+        Insn::DivS { s, .. } => scalar(Binary::Div, s, out),
+        Insn::MaxS { s, .. } => scalar(Binary::Max, s, out),
+        Insn::MinS { s, .. } => scalar(Binary::Min, s, out),
+        Insn::Neg { .. } => unary(Unary::Neg, out),
+        Insn::Abs { .. } => unary(Unary::Abs, out),
+        Insn::Sqrt { .. } => unary(Unary::Sqrt, out),
+        Insn::Rsqrt { .. } => unary(Unary::Rsqrt, out),
+        Insn::Exp { .. } => unary(Unary::Exp, out),
+        Insn::Log { .. } => unary(Unary::Log, out),
+        Insn::Relu { .. } => unary(Unary::Relu, out),
+        Insn::Sigmoid { .. } => unary(Unary::Sigmoid, out),
+        Insn::Tanh { .. } => unary(Unary::Tanh, out),
+        Insn::Gelu { .. } => unary(Unary::Gelu, out),
+        Insn::Silu { .. } => unary(Unary::Silu, out),
         Insn::Softmax { x: xt, mask, scale, .. } => {
             simd::softmax(ctx, x, shape(xt), ins[1].zip(mask.map(shape)), scale, out)
         }
@@ -155,19 +168,50 @@ fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<
             let n = shape(xt).last().copied().unwrap_or(1);
             simd::rmsnorm(ctx, x, n, ins[1], eps, out)
         }
-        Insn::ReduceSum { src, axis, .. }
-        | Insn::ReduceMean { src, axis, .. }
-        | Insn::ReduceMax { src, axis, .. } => {
-            let op = match insn.opcode() {
-                Opcode::ReduceSum => Reduce::Sum,
-                Opcode::ReduceMean => Reduce::Mean,
-                _ => Reduce::Max,
-            };
-            let s = shape(src);
-            simd::reduce(ctx, op, x, s, norm_axis(axis, s.len()), out)
-        }
-        _ => simd::unary(ctx, unary_of(insn.opcode()), x, out),
+        Insn::ReduceSum { src, axis, .. } => reduce(Reduce::Sum, src, axis, out),
+        Insn::ReduceMean { src, axis, .. } => reduce(Reduce::Mean, src, axis, out),
+        Insn::ReduceMax { src, axis, .. } => reduce(Reduce::Max, src, axis, out),
+        // Never batch members: `batchable` refuses them.
+        Insn::Argmax { .. }
+        | Insn::Nop
+        | Insn::Halt
+        | Insn::Jmp { .. }
+        | Insn::Jz { .. }
+        | Insn::Jnz { .. }
+        | Insn::Iset { .. }
+        | Insn::Iadd { .. }
+        | Insn::Iaddi { .. }
+        | Insn::Isub { .. }
+        | Insn::Imul { .. }
+        | Insn::Ilt { .. }
+        | Insn::Ieq { .. }
+        | Insn::Tget { .. }
+        | Insn::Tset { .. }
+        | Insn::Alloc { .. }
+        | Insn::Free { .. }
+        | Insn::Load { .. }
+        | Insn::Store { .. }
+        | Insn::Copy { .. }
+        | Insn::Reshape { .. }
+        | Insn::Slice { .. }
+        | Insn::SliceR { .. }
+        | Insn::Put { .. }
+        | Insn::Scatter { .. }
+        | Insn::Concat { .. }
+        | Insn::Transpose { .. }
+        | Insn::Fill { .. }
+        | Insn::Cast { .. }
+        | Insn::Gather { .. }
+        | Insn::Rand { .. }
+        | Insn::GpuSync
+        | Insn::Kernel { .. } => {}
     }
+}
+
+/// Whether an instruction may run as a batch member (see [`run_kernel`]): the f32 kernels of
+/// the elementwise and tensor groups. ARGMAX writes i32 and runs one at a time.
+fn batchable(insn: &Insn) -> bool {
+    matches!(insn.info().group, Group::Elementwise | Group::Tensor) && !matches!(insn, Insn::Argmax { .. })
 }
 
 /// A raw view of the arena shared by a batch's tasks (see the module invariants).

@@ -73,6 +73,7 @@ pub enum Unary {
     Sigmoid,
     Tanh,
     Gelu,
+    Silu,
 }
 
 impl Unary {
@@ -90,6 +91,7 @@ impl Unary {
             Unary::Sigmoid => nx::sigmoid(x),
             Unary::Tanh => nx::tanh(x),
             Unary::Gelu => nx::gelu(x),
+            Unary::Silu => nx::silu(x),
         }
     }
 }
@@ -403,4 +405,63 @@ pub fn gather<T: Copy>(
         out[i * row..(i + 1) * row].copy_from_slice(&table[s..s + row]);
     }
     Ok(())
+}
+
+/// The inverse of [`slice`]: `dst[..., start : start + len, ...] = part` along `axis`, where
+/// `shape` is dst's and `len` part's size on that axis. Every other element of dst is kept.
+pub fn put<T: Copy>(part: &[T], shape: &[usize], axis: usize, start: usize, len: usize, dst: &mut [T]) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let dst_block = shape[axis] * inner;
+    let src_block = len * inner;
+    for o in 0..outer {
+        let d = o * dst_block + start * inner;
+        dst[d..d + src_block].copy_from_slice(&part[o * src_block..(o + 1) * src_block]);
+    }
+}
+
+/// The inverse of [`gather`] (SCATTER): row i of `src` (rows of `row` elements) replaces row
+/// `indices[i]` of `dst`, which has `rows` rows; other rows are kept, and a later i wins over an
+/// earlier one with the same index. Every index is checked before anything is written: on the
+/// first out of range, its position and value, and dst unchanged.
+pub fn scatter<T: Copy>(
+    src: &[T],
+    row: usize,
+    indices: &[i32],
+    rows: usize,
+    dst: &mut [T],
+) -> Result<(), (usize, i32)> {
+    if let Some((i, &ix)) = indices.iter().enumerate().find(|(_, &ix)| ix < 0 || ix as usize >= rows) {
+        return Err((i, ix));
+    }
+    for (i, &ix) in indices.iter().enumerate() {
+        let d = ix as usize * row;
+        dst[d..d + row].copy_from_slice(&src[i * row..(i + 1) * row]);
+    }
+    Ok(())
+}
+
+/// ARGMAX over rows of `n`: the index of each row's largest element, the lowest among equal
+/// ones; NaN is larger than every number (so the first NaN wins) and -0 equals +0. An empty row
+/// (`n == 0`) gives -1. A denormal counts as a zero of its sign (the strict tier flushes them
+/// on every executor). Comparisons only, so the result is exact.
+pub fn argmax(x: &[f32], n: usize, out: &mut [i32]) {
+    if n == 0 {
+        out.fill(-1);
+        return;
+    }
+    for (o, row) in out.iter_mut().zip(x.chunks_exact(n)) {
+        let mut best = 0usize;
+        let mut top = nx::canon(row[0]);
+        for (i, &v) in row.iter().enumerate().skip(1) {
+            if top.is_nan() {
+                break;
+            }
+            let v = nx::canon(v);
+            if v.is_nan() || v > top {
+                (best, top) = (i, v);
+            }
+        }
+        *o = best as i32;
+    }
 }

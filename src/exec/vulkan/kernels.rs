@@ -238,6 +238,7 @@ pub fn unary_op_code(op: Unary) -> u32 {
         Unary::Sigmoid => 7,
         Unary::Tanh => 8,
         Unary::Gelu => 9,
+        Unary::Silu => 10,
     }
 }
 

@@ -495,6 +495,15 @@ pub(super) unsafe fn gelu<L: Lanes, const F: bool>(x: L) -> L {
     fix_nan(r)
 }
 
+/// `numerics::silu`: `x * sigmoid(x)`, `silu(-inf) = -0`.
+#[inline(always)]
+pub(super) unsafe fn silu<L: Lanes, const F: bool>(x: L) -> L {
+    let x = canon(x);
+    let r = L::mul(x, sigmoid::<L, F>(x));
+    let r = L::sel(L::eq(x, L::splat(f32::NEG_INFINITY)), L::splat(-0.0), r);
+    fix_nan(r)
+}
+
 /// `max(x, 0)` with NaN propagated (`reference::relu`).
 #[inline(always)]
 pub(super) unsafe fn relu<L: Lanes>(x: L) -> L {
