@@ -21,7 +21,7 @@ from pathlib import Path
 PROMPTS = [
     {
         "name": "chat_capital",
-        "kind": "ChatML question (SmolLM2-Instruct's template, user turn then the assistant's)",
+        "kind": "ChatML question (SmolLM2-Instruct's turn format: a user turn, then the assistant's opened; without the default system turn that the GGUF's chat_template adds)",
         "text": "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
     },
     {
@@ -77,7 +77,10 @@ def main():
         "prompts": out,
     }
     path = Path(__file__).resolve().parent / "smollm2_prompts.json"
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    text = json.dumps(doc, indent=2)
+    for p in out:  # each id list on one line
+        text = text.replace(json.dumps(p["ids"], indent=2).replace("\n", "\n      "), json.dumps(p["ids"]))
+    path.write_text(text + "\n")
     print("wrote", path)
 
 
