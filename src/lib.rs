@@ -23,6 +23,7 @@ pub mod numerics;
 pub mod output;
 pub mod profile;
 pub mod rand;
+pub mod tokenizer;
 pub mod trace;
 pub mod verify;
 pub mod vm;
