@@ -414,7 +414,12 @@ impl<'a> Reader<'a> {
 
     fn take(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<&'a [u8], GgufError> {
         if n > self.left() {
-            return Err(GgufError::Truncated { what: what(), at: self.pos as u64, need: n, left: self.left() });
+            return Err(GgufError::Truncated {
+                what: what(),
+                at: self.pos as u64,
+                need: n,
+                left: self.left(),
+            });
         }
         let s = &self.bytes[self.pos..self.pos + n as usize];
         self.pos += n as usize;
@@ -464,9 +469,9 @@ fn min_size(ty: u32) -> u64 {
         0 | 1 | 7 => 1,
         2 | 3 => 2,
         4..=6 => 4,
-        8 => 8,      // u64 length
-        9 => 12,     // u32 type + u64 count
-        _ => 8,      // 10..=12
+        8 => 8,  // u64 length
+        9 => 12, // u32 type + u64 count
+        _ => 8,  // 10..=12
     }
 }
 
@@ -557,8 +562,8 @@ impl GgufFile {
     /// Reads and parses the file at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let bytes =
-            std::fs::read(path).map_err(|source| GgufError::Io { path: path.display().to_string(), source })?;
+        let bytes = std::fs::read(path)
+            .map_err(|source| GgufError::Io { path: path.display().to_string(), source })?;
         GgufFile::from_bytes(bytes)
     }
 
@@ -616,7 +621,8 @@ impl GgufFile {
             }
             let ty = r.u32(&what)?;
             let offset = r.u64(&what)?;
-            let count = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).filter(|&c| c <= i64::MAX as u64);
+            let count =
+                dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).filter(|&c| c <= i64::MAX as u64);
             let Some(count) = count else {
                 return Err(GgufError::DimsOverflow { name, dims });
             };
@@ -643,7 +649,12 @@ impl GgufFile {
         let avail = (bytes.len() as u64).saturating_sub(data_start);
         for t in &tensors {
             if t.offset.checked_add(t.size).is_none_or(|end| end > avail) {
-                return Err(GgufError::OutOfFile { name: t.name.clone(), offset: t.offset, size: t.size, avail });
+                return Err(GgufError::OutOfFile {
+                    name: t.name.clone(),
+                    offset: t.offset,
+                    size: t.size,
+                    avail,
+                });
             }
         }
         let mut order: Vec<&TensorInfo> = tensors.iter().filter(|t| t.size > 0).collect();
@@ -744,11 +755,13 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
 /// not supported (see [`can_dequantize`]), before any value is emitted.
 pub fn dequantize(ty: GgmlType, data: &[u8], emit: &mut dyn FnMut(f32)) -> Result<(), GgmlType> {
     match ty {
-        GgmlType::F32 => data.chunks_exact(4).for_each(|b| emit(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
-        GgmlType::F16 => data.chunks_exact(2).for_each(|b| emit(f16_at(b, 0))),
-        GgmlType::BF16 => {
-            data.chunks_exact(2).for_each(|b| emit(bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()))
+        GgmlType::F32 => {
+            data.chunks_exact(4).for_each(|b| emit(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
         }
+        GgmlType::F16 => data.chunks_exact(2).for_each(|b| emit(f16_at(b, 0))),
+        GgmlType::BF16 => data
+            .chunks_exact(2)
+            .for_each(|b| emit(bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())),
         GgmlType::Q8_0 => {
             for b in data.chunks_exact(34) {
                 let d = f16_at(b, 0);

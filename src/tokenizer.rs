@@ -146,7 +146,8 @@ impl Tokenizer {
     /// Builds the tokenizer from `tokenizer.ggml.*` metadata (model, pre, tokens, token_type,
     /// merges, bos/eos/unknown/padding ids, add_bos_token) and `tokenizer.chat_template`.
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {
-        let model = file.get("tokenizer.ggml.model").ok_or(TokenizerError::Missing("tokenizer.ggml.model"))?;
+        let model =
+            file.get("tokenizer.ggml.model").ok_or(TokenizerError::Missing("tokenizer.ggml.model"))?;
         let model = model
             .as_str()
             .ok_or(TokenizerError::WrongType { key: "tokenizer.ggml.model", expected: "a string" })?;
@@ -213,7 +214,8 @@ impl Tokenizer {
             let (Some(&li), Some(&ri)) = (vocab.get(l), vocab.get(r)) else {
                 return Err(bad("has a part that is not a token"));
             };
-            let merged = vocab.get(&format!("{l}{r}")).ok_or_else(|| bad("makes a token not in the vocabulary"))?;
+            let merged =
+                vocab.get(&format!("{l}{r}")).ok_or_else(|| bad("makes a token not in the vocabulary"))?;
             // The first (lowest-ranked) of repeated merges wins, as in Hugging Face's BPE.
             merges.entry((li, ri)).or_insert((index as u32, *merged));
         }
@@ -453,9 +455,10 @@ impl Tokenizer {
 /// text between `<|im_start|>system\n` and `<|im_end|>` in the template (a Jinja string
 /// literal, with `\n` escapes undone), if there is one.
 fn default_system_message(template: &str) -> Option<String> {
-    let start = template.find("<|im_start|>system\\n").map(|i| i + "<|im_start|>system\\n".len()).or_else(
-        || template.find("<|im_start|>system\n").map(|i| i + "<|im_start|>system\n".len()),
-    )?;
+    let start = template
+        .find("<|im_start|>system\\n")
+        .map(|i| i + "<|im_start|>system\\n".len())
+        .or_else(|| template.find("<|im_start|>system\n").map(|i| i + "<|im_start|>system\n".len()))?;
     let len = template[start..].find("<|im_end|>")?;
     let raw = &template[start..start + len];
     // A template that builds the system message from a variable has quotes or braces there.

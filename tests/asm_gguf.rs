@@ -2,6 +2,9 @@
 //! gguf_meta("path", "key")`, and the constant sources `arange`, `rope_cos(theta)` and
 //! `rope_sin(theta)`: values, and error messages exactly as `adeadvm asm` prints them.
 
+#[path = "support/smollm.rs"]
+mod smollm;
+
 use adeadvm::asm::{assemble, AsmOptions};
 use adeadvm::format::{Program, TensorKind};
 use adeadvm::gguf::build;
@@ -133,7 +136,8 @@ fn arange_and_rope_tables() {
 .const %ch f16[3, 4] = rope_cos(10000)
 ";
     let p = assemble(src, "t.s", &AsmOptions::default()).unwrap_or_else(|e| panic!("{e}"));
-    let i: Vec<i32> = bytes(&p, 0).chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    let i: Vec<i32> =
+        bytes(&p, 0).chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
     assert_eq!(i, [0, 1, 2, 3, 4, 5]);
     assert_eq!(f32s(&bytes(&p, 1)), [0.0, 1.0, 2.0, 3.0]);
     assert_eq!(u16s(&bytes(&p, 2)), [0x0000, 0x3c00, 0x4000]);
@@ -323,4 +327,36 @@ error: expected a constant value: `[...]`, `zeros`, `ones`, `fill(v)`, `rand(see
 error: could not assemble t.s due to 6 previous errors
 "#
     );
+}
+
+/// SmolLM2's real file: the example of src/asm/SYNTAX.md as written, and constants equal to
+/// what the GGUF reader dequantizes.
+#[test]
+fn smollm2_constants_and_metadata() {
+    let Some(path) = smollm::model_path() else { return };
+    let dir = path.parent().unwrap();
+    let src = "\
+.define MODEL SmolLM2-135M-Instruct.Q4_1.gguf
+.define D gguf_meta(\"${MODEL}\", \"llama.embedding_length\")            ; 576
+.define EPS gguf_meta(\"${MODEL}\", \"llama.attention.layer_norm_rms_epsilon\") ; 1e-5
+.const %norm0 f32[${D}] = gguf(\"${MODEL}\", \"blk.0.attn_norm.weight\")
+.define THETA gguf_meta(\"${MODEL}\", \"llama.rope.freq_base\")
+.define KV gguf_meta(\"${MODEL}\", \"llama.attention.head_count_kv\")
+.const %wk f16[192, ${D}] = gguf(\"${MODEL}\", \"blk.0.attn_k.weight\")
+.const %wd f32[${D}, 1536] = gguf(\"${MODEL}\", \"blk.29.ffn_down.weight\")
+.const %cos f32[8, 64] = rope_cos(${THETA})
+.const %eps f32[${KV}] = fill(${EPS})
+";
+    let p = assemble(src, "smol.s", &opts(dir)).unwrap_or_else(|e| panic!("{e}"));
+    let file = adeadvm::gguf::GgufFile::open(&path).unwrap();
+    let deq = |name: &str| file.tensor(name).unwrap().dequantize().unwrap();
+    assert_eq!(f32s(&bytes(&p, 0)), deq("blk.0.attn_norm.weight"));
+    let wk: Vec<u16> = deq("blk.0.attn_k.weight").iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+    assert_eq!(u16s(&bytes(&p, 1)), wk);
+    assert_eq!(f32s(&bytes(&p, 2)), deq("blk.29.ffn_down.weight"));
+    let cos = f32s(&bytes(&p, 3));
+    // Row 1, columns 2 and 3: cos(100000^(-2/64)) = cos(0.6978305848598664).
+    assert_eq!(cos[64 + 2], cos[64 + 3]);
+    assert!((cos[64 + 2] as f64 - 0.6978305848598664f64.cos()).abs() < 1e-7);
+    assert_eq!(p.tensors[4].shape.len(), 1);
 }

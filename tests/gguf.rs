@@ -190,7 +190,9 @@ fn q4_1_is_one_rounding_of_the_exact_value() {
     // the exact sum (computed in f64, where it is exact too) rounded once.
     let mut data = vec![0x66, 0x2e, 0x55, 0x35];
     data.extend((0..16u8).map(|j| (15 - j) << 4 | j));
-    let f = GgufFile::from_bytes(build::file(&[], &[build::T { name: "t", dims: &[32], ty: 3, data: &data }])).unwrap();
+    let f =
+        GgufFile::from_bytes(build::file(&[], &[build::T { name: "t", dims: &[32], ty: 3, data: &data }]))
+            .unwrap();
     let got = f.tensor("t").unwrap().dequantize().unwrap();
     let d = half::f16::from_bits(0x2e66).to_f64();
     let m = half::f16::from_bits(0x3555).to_f64();
@@ -203,7 +205,9 @@ fn q4_1_is_one_rounding_of_the_exact_value() {
 #[test]
 fn unsupported_types_do_not_dequantize() {
     let data = vec![0u8; 18];
-    let f = GgufFile::from_bytes(build::file(&[], &[build::T { name: "w", dims: &[32], ty: 2, data: &data }])).unwrap();
+    let f =
+        GgufFile::from_bytes(build::file(&[], &[build::T { name: "w", dims: &[32], ty: 2, data: &data }]))
+            .unwrap();
     let t = f.tensor("w").unwrap();
     assert_eq!(t.info.ggml_type, GgmlType::Q4_0);
     assert_eq!(
@@ -218,8 +222,9 @@ fn version_2_and_alignment() {
     v2[4] = 2;
     assert_eq!(GgufFile::from_bytes(v2).unwrap().version(), 2);
     let data = [0u8; 4];
-    let f = GgufFile::from_bytes(raw_file(&[("general.alignment", 4, u32v(8))], &[("t", &[1], 0, 8)], &[0; 16]))
-        .unwrap();
+    let f =
+        GgufFile::from_bytes(raw_file(&[("general.alignment", 4, u32v(8))], &[("t", &[1], 0, 8)], &[0; 16]))
+            .unwrap();
     assert_eq!(f.alignment(), 8);
     assert_eq!(f.tensor("t").unwrap().data, data);
 }
@@ -227,7 +232,10 @@ fn version_2_and_alignment() {
 #[test]
 fn malformed_headers_are_errors() {
     assert_eq!(err(b"GGU".to_vec()), "not a GGUF file (magic [47, 47, 55], expected \"GGUF\")");
-    assert_eq!(err(b"GGML\x03\0\0\0".to_vec()), "not a GGUF file (magic [47, 47, 4d, 4c], expected \"GGUF\")");
+    assert_eq!(
+        err(b"GGML\x03\0\0\0".to_vec()),
+        "not a GGUF file (magic [47, 47, 4d, 4c], expected \"GGUF\")"
+    );
     let mut f = valid_file();
     f[4] = 1;
     assert_eq!(err(f.clone()), "unsupported GGUF version 1 (2 and 3 are supported)");
@@ -236,7 +244,10 @@ fn malformed_headers_are_errors() {
     let mut f = b"GGUF\x03\0\0\0".to_vec();
     f.extend_from_slice(&0u64.to_le_bytes());
     f.extend_from_slice(&u64::MAX.to_le_bytes());
-    assert_eq!(err(f), "the metadata count: count 18446744073709551615 is impossible, the file has only 0 bytes left");
+    assert_eq!(
+        err(f),
+        "the metadata count: count 18446744073709551615 is impossible, the file has only 0 bytes left"
+    );
     let mut f = b"GGUF\x03\0\0\0".to_vec();
     f.extend_from_slice(&(1u64 << 40).to_le_bytes());
     f.extend_from_slice(&0u64.to_le_bytes());
@@ -249,7 +260,10 @@ fn every_truncation_is_an_error() {
     for n in 0..f.len() {
         assert!(GgufFile::from_bytes(f[..n].to_vec()).is_err(), "a file cut at {n} bytes was accepted");
     }
-    assert_eq!(err(f[..30].to_vec()), "the metadata count: count 15 is impossible, the file has only 6 bytes left");
+    assert_eq!(
+        err(f[..30].to_vec()),
+        "the metadata count: count 15 is impossible, the file has only 6 bytes left"
+    );
     assert_eq!(
         err(f[..f.len() - 1].to_vec()),
         "tensor `f`: its 12 bytes at data offset 192 end past the file (the data section has 203 bytes)"
@@ -312,7 +326,10 @@ fn malformed_tensor_infos_are_errors() {
         e(&[("t", &[u64::MAX, 2], 0, 0)]),
         "tensor `t`: dims [18446744073709551615, 2] overflow the element count"
     );
-    assert_eq!(e(&[("t", &[1 << 62, 4], 0, 0)]), "tensor `t`: dims [4611686018427387904, 4] overflow the element count");
+    assert_eq!(
+        e(&[("t", &[1 << 62, 4], 0, 0)]),
+        "tensor `t`: dims [4611686018427387904, 4] overflow the element count"
+    );
     assert_eq!(e(&[("t", &[4], 99, 0)]), "tensor `t`: unknown ggml type 99");
     assert_eq!(e(&[("t", &[16], 8, 0)]), "tensor `t`: row length 16 is not a multiple of Q8_0's block of 32");
     assert_eq!(e(&[("t", &[4], 0, 4)]), "tensor `t`: offset 4 is not a multiple of the alignment 32");
@@ -325,7 +342,10 @@ fn malformed_tensor_infos_are_errors() {
         "tensor `t`: its 16 bytes at data offset 18446744073709551584 end past the file (the data section has 256 bytes)"
     );
     assert_eq!(e(&[("t", &[4], 0, 0), ("t", &[4], 0, 32)]), "tensor `t` appears twice");
-    assert_eq!(e(&[("a", &[16], 0, 0), ("b", &[4], 0, 32)]), "tensors `a` and `b` overlap in the data section");
+    assert_eq!(
+        e(&[("a", &[16], 0, 0), ("b", &[4], 0, 32)]),
+        "tensors `a` and `b` overlap in the data section"
+    );
     // Tensors may share nothing but may leave gaps and come in any order.
     let f = GgufFile::from_bytes(raw_file(&[], &[("a", &[4], 0, 64), ("b", &[8], 0, 0)], &z)).unwrap();
     assert_eq!(f.tensor("a").unwrap().info.offset, 64);

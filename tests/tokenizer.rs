@@ -198,7 +198,8 @@ fn str_value(s: &str) -> Vec<u8> {
 /// GPT-2's byte characters, written independently of the crate's table: bytes `!`..=`~`,
 /// 0xa1..=0xac and 0xae..=0xff as themselves, the rest U+0100.. in byte order.
 fn byte_char(b: u8) -> char {
-    let printable = |x: u32| (0x21..=0x7e).contains(&x) || (0xa1..=0xac).contains(&x) || (0xae..=0xff).contains(&x);
+    let printable =
+        |x: u32| (0x21..=0x7e).contains(&x) || (0xa1..=0xac).contains(&x) || (0xae..=0xff).contains(&x);
     if printable(b as u32) {
         return char::from_u32(b as u32).unwrap();
     }
@@ -276,7 +277,8 @@ fn bad_tokenizer_metadata_is_an_error() {
     assert_eq!(err(tiny(&[], &["a z"], "gpt2")), "merge 0 `a z` makes a token not in the vocabulary");
     assert_eq!(err(tiny(&[], &["ab"], "gpt2")), "merge 0 `ab` has no space between its two parts");
     assert_eq!(err(tiny(&[], &["a qq"], "gpt2")), "merge 0 `a qq` has a part that is not a token");
-    let file = GgufFile::from_bytes(build::file(&[("tokenizer.ggml.model", 8, str_value("llama"))], &[])).unwrap();
+    let file =
+        GgufFile::from_bytes(build::file(&[("tokenizer.ggml.model", 8, str_value("llama"))], &[])).unwrap();
     assert_eq!(
         Tokenizer::from_gguf(&file).err().unwrap().to_string(),
         "unsupported tokenizer model `llama` (only `gpt2`, byte-level BPE, is supported)"

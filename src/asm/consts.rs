@@ -332,7 +332,8 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
             fits(value.span.clone())?;
             let mut out = alloc_bytes(t, bytes, value.span.clone())?;
             for i in 0..n {
-                let bits = if t.dtype == DType::I32 { i as u32 } else { f64_to_dtype_bits(i as f64, t.dtype) };
+                let bits =
+                    if t.dtype == DType::I32 { i as u32 } else { f64_to_dtype_bits(i as f64, t.dtype) };
                 put(&mut out, bits, t.dtype);
             }
             Ok(ConstValue::Bytes(out))
@@ -401,20 +402,37 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 let theta_v = match theta.node {
                     ArgNode::Number(text) => match text.parse::<f64>() {
                         Ok(v) if v.is_finite() && v > 0.0 => v,
-                        _ => return Err(bad(text, "rope base", "must be a finite number above 0", theta.span.clone())),
+                        _ => {
+                            return Err(bad(
+                                text,
+                                "rope base",
+                                "must be a finite number above 0",
+                                theta.span.clone(),
+                            ))
+                        }
                     },
                     _ => return Err(wrong_value(theta, "the rope base θ, a number such as `10000`")),
                 };
                 let &[positions, d] = t.dims else {
                     return Err(Diag::other(
-                        format!("`{}` needs a 2-D constant [positions, dim], but `%{}` is {}", name.node, t.name, t.shape_text()),
+                        format!(
+                            "`{}` needs a 2-D constant [positions, dim], but `%{}` is {}",
+                            name.node,
+                            t.name,
+                            t.shape_text()
+                        ),
                         "only for shape [P, D]",
                         name.span.clone(),
                     ));
                 };
                 if d % 2 != 0 {
                     return Err(Diag::other(
-                        format!("`{}` needs an even last dim, but `%{}` is {}", name.node, t.name, t.shape_text()),
+                        format!(
+                            "`{}` needs an even last dim, but `%{}` is {}",
+                            name.node,
+                            t.name,
+                            t.shape_text()
+                        ),
                         "columns 2i and 2i+1 share frequency i",
                         name.span.clone(),
                     ));
@@ -428,24 +446,30 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 for p in 0..positions as u64 {
                     for j in 0..d as u64 {
                         let angle = p as f64 * theta_v.powf(-((2 * (j / 2)) as f64) / d as f64);
-                        put(&mut out, f64_to_dtype_bits(if sin { angle.sin() } else { angle.cos() }, t.dtype), t.dtype);
+                        put(
+                            &mut out,
+                            f64_to_dtype_bits(if sin { angle.sin() } else { angle.cos() }, t.dtype),
+                            t.dtype,
+                        );
                     }
                 }
                 Ok(ConstValue::Bytes(out))
             }
-            ("fill" | "rand" | "npy" | "safetensors" | "gguf" | "rope_cos" | "rope_sin", _) => Err(Diag::other(
-                format!("wrong arguments to `{}(...)`", name.node),
-                match name.node {
-                    "fill" => "expected `fill(value)`",
-                    "rand" => "expected `rand(seed)` or `rand(seed, normal)`",
-                    "npy" => "expected `npy(\"path\")`",
-                    "gguf" => "expected `gguf(\"path\", \"tensor name\")`",
-                    "rope_cos" => "expected `rope_cos(theta)`",
-                    "rope_sin" => "expected `rope_sin(theta)`",
-                    _ => "expected `safetensors(\"path\", \"tensor name\")`",
-                },
-                value.span.clone(),
-            )),
+            ("fill" | "rand" | "npy" | "safetensors" | "gguf" | "rope_cos" | "rope_sin", _) => {
+                Err(Diag::other(
+                    format!("wrong arguments to `{}(...)`", name.node),
+                    match name.node {
+                        "fill" => "expected `fill(value)`",
+                        "rand" => "expected `rand(seed)` or `rand(seed, normal)`",
+                        "npy" => "expected `npy(\"path\")`",
+                        "gguf" => "expected `gguf(\"path\", \"tensor name\")`",
+                        "rope_cos" => "expected `rope_cos(theta)`",
+                        "rope_sin" => "expected `rope_sin(theta)`",
+                        _ => "expected `safetensors(\"path\", \"tensor name\")`",
+                    },
+                    value.span.clone(),
+                ))
+            }
             _ => Err(value_kind_error(value)),
         },
         _ => Err(value_kind_error(value)),
@@ -673,18 +697,28 @@ fn open_gguf(files: &FileCache, base: &Path, path: &str, span: Span) -> Result<R
     }
     let bytes = read_file(base, path, span.clone())?;
     let file = GgufFile::from_bytes(bytes).map_err(|e| {
-        Diag::new(AsmErrorKind::File { path: path.into(), error: format!("not a valid GGUF file: {e}") }, span)
+        Diag::new(
+            AsmErrorKind::File { path: path.into(), error: format!("not a valid GGUF file: {e}") },
+            span,
+        )
     })?;
     let file = Rc::new(file);
     files.gguf.borrow_mut().insert(full, file.clone());
     Ok(file)
 }
 
-fn load_gguf(t: &ConstTarget, path: &str, span: Span, name: &str, name_span: Span) -> Result<ConstValue, Diag> {
+fn load_gguf(
+    t: &ConstTarget,
+    path: &str,
+    span: Span,
+    name: &str,
+    name_span: Span,
+) -> Result<ConstValue, Diag> {
     let file = open_gguf(t.files, t.base_dir, path, span)?;
     let Some(tensor) = file.tensor(name) else {
         let near = closest(name, file.tensors().iter().map(|t| t.name.as_str()), 3);
-        let mut d = Diag::other(format!("`{path}` has no tensor named `{name}`"), "not in the file", name_span);
+        let mut d =
+            Diag::other(format!("`{path}` has no tensor named `{name}`"), "not in the file", name_span);
         if !near.is_empty() {
             let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
             d = d.note(format!("closest names in the file: {}", list.join(", ")));
@@ -707,7 +741,9 @@ fn load_gguf(t: &ConstTarget, path: &str, span: Span, name: &str, name_span: Spa
             )),
             name_span,
         )
-        .note("GGUF tensors of type F32, F16, BF16, Q8_0 and Q4_1 load into f32, f16 or bf16 (dequantized)"));
+        .note(
+            "GGUF tensors of type F32, F16, BF16, Q8_0 and Q4_1 load into f32, f16 or bf16 (dequantized)",
+        ));
     }
     let mut out = alloc_bytes(t, tensor.info.len().saturating_mul(t.dtype.size() as u64), name_span)?;
     let dtype = t.dtype;
@@ -747,8 +783,11 @@ pub fn gguf_meta_text(files: &FileCache, base: &Path, value: &Arg) -> Result<Str
     let file = open_gguf(files, base, &path, span)?;
     let Some(v) = file.get(key_text) else {
         let near = closest(key_text, file.metadata().iter().map(|(k, _)| k.as_str()), 3);
-        let mut d =
-            Diag::other(format!("`{path}` has no metadata key `{key_text}`"), "not in the file", key.span.clone());
+        let mut d = Diag::other(
+            format!("`{path}` has no metadata key `{key_text}`"),
+            "not in the file",
+            key.span.clone(),
+        );
         if !near.is_empty() {
             let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
             d = d.note(format!("closest keys in the file: {}", list.join(", ")));
