@@ -43,7 +43,10 @@ fn raw_file(meta: &[(&str, u32, Vec<u8>)], infos: &[(&str, &[u64], u32, u64)], d
 }
 
 fn err(bytes: Vec<u8>) -> String {
-    GgufFile::from_bytes(bytes).err().expect("the file should be refused").to_string()
+    match GgufFile::from_bytes(bytes) {
+        Ok(_) => panic!("the file should be refused"),
+        Err(e) => e.to_string(),
+    }
 }
 
 /// Two Q8_0 blocks: d = 0.5 then d = -0.25, q = i - 16 (i = 0..32) in both.
@@ -409,7 +412,8 @@ fn smollm2_file() {
     assert_eq!(f.get("llama.rope.freq_base"), Some(&Value::F32(100000.0)));
     assert_eq!(f.get("llama.attention.layer_norm_rms_epsilon"), Some(&Value::F32(1e-5)));
     assert_eq!(f.get_array("tokenizer.ggml.tokens").map(Array::len), Some(49152));
-    let cases: &[(&str, &[u64], GgmlType, &[u32], f64)] = &[
+    type Case<'a> = (&'a str, &'a [u64], GgmlType, &'a [u32], f64);
+    let cases: &[Case] = &[
         (
             "token_embd.weight",
             &[49152, 576],

@@ -269,7 +269,7 @@ fn pre_tokenizers_split_as_named() {
 
 #[test]
 fn bad_tokenizer_metadata_is_an_error() {
-    let err = |r: Result<Tokenizer, TokenizerError>| r.err().expect("an error").to_string();
+    let err = |r: Result<Tokenizer, TokenizerError>| r.expect_err("an error").to_string();
     assert_eq!(
         err(tiny(&[], &[], "llama3")),
         "unsupported pre-tokenizer `llama3` (`smollm` and `gpt2` are supported)"
