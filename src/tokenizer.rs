@@ -89,6 +89,8 @@ pub struct Tokenizer {
     byte_ids: [Option<u32>; 256],
     /// Special tokens matched in text: (text, id), longest text first.
     specials: Vec<(String, u32)>,
+    /// Whether some special token starts with this byte (most positions are skipped at once).
+    special_first: [bool; 256],
     pre: Pre,
     pattern: Regex,
     bos: Option<u32>,
@@ -206,6 +208,10 @@ impl Tokenizer {
             }
         }
         specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let mut special_first = [false; 256];
+        for (t, _) in &specials {
+            special_first[t.as_bytes()[0] as usize] = true;
+        }
         let merge_list = strings(file, "tokenizer.ggml.merges")?;
         let mut merges = HashMap::with_capacity(merge_list.len());
         for (index, m) in merge_list.iter().enumerate() {
@@ -238,6 +244,7 @@ impl Tokenizer {
             merges,
             byte_ids,
             specials,
+            special_first,
             pre,
             // A constant pattern: it compiles.
             pattern: Regex::new(GPT2_PATTERN).expect("the GPT-2 pattern is valid"),
@@ -299,7 +306,12 @@ impl Tokenizer {
         let mut at = 0;
         while at < text.len() {
             let rest = &text[at..];
-            if let Some((s, id)) = self.specials.iter().find(|(s, _)| rest.starts_with(s.as_str())) {
+            let special = if self.special_first[rest.as_bytes()[0] as usize] {
+                self.specials.iter().find(|(s, _)| rest.starts_with(s.as_str()))
+            } else {
+                None
+            };
+            if let Some((s, id)) = special {
                 self.encode_plain(&text[plain_start..at], &mut out);
                 out.push(*id);
                 at += s.len();
