@@ -43,9 +43,9 @@
 //!
 //! Into f16 or bf16 the f32 values are rounded to nearest even ([`crate::numerics`]). For F32,
 //! F16, BF16 and Q8_0 sources the f32 value is exact, so that is the only rounding; for Q4_1 it
-//! is a second rounding after the f32 one, which differs from rounding the exact value only
-//! when `d * q` and `m` are more than 2^13 apart in magnitude and the f32 result lands exactly
-//! on a midpoint of the narrower type.
+//! is a second rounding after the f32 one, which can differ from rounding the exact value only
+//! when the exact value needs more than f32's 24 significant bits (`d * q` and `m` far apart in
+//! magnitude) and its f32 rounding lands exactly on a midpoint of the narrower type.
 
 use std::collections::HashMap;
 use std::fmt;
