@@ -16,12 +16,14 @@
 pub mod asm;
 pub mod exec;
 pub mod format;
+pub mod gguf;
 pub mod isa;
 pub mod npy;
 pub mod numerics;
 pub mod output;
 pub mod profile;
 pub mod rand;
+pub mod tokenizer;
 pub mod trace;
 pub mod verify;
 pub mod vm;

@@ -185,3 +185,23 @@ fn a_constant_whose_element_count_overflows_is_an_assembler_error() {
         "{err}"
     );
 }
+
+#[test]
+fn gguf_corpus_and_regressions_run_cleanly() {
+    replay("gguf", hostile::gguf);
+}
+
+/// The GGUF seeds are what they claim: one with every supported tensor type, one with a
+/// tokenizer that builds and round-trips.
+#[test]
+fn gguf_seeds_parse() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/gguf");
+    let f = adeadvm::gguf::GgufFile::open(root.join("tensors.gguf")).unwrap();
+    assert_eq!(f.tensors().len(), 6);
+    assert_eq!(f.tensor("q4").unwrap().dequantize().unwrap()[..2], [-1.5, -1.25]);
+    let f = adeadvm::gguf::GgufFile::open(root.join("tokenizer.gguf")).unwrap();
+    let tok = adeadvm::tokenizer::Tokenizer::from_gguf(&f).unwrap();
+    let ids = tok.encode("hello 12<s>");
+    assert_eq!(ids.len(), 5, "{ids:?}"); // hello, space, 1, 2 (digits alone), <s>
+    assert_eq!(tok.decode(&ids), "hello 12<s>");
+}

@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::consts::{
-    arg_text, int_arg, materialize, parse_elem, parse_f32, ConstTarget, ConstValue, FileCache,
+    arg_text, gguf_meta_text, int_arg, materialize, parse_elem, parse_f32, ConstTarget, ConstValue, FileCache,
 };
 use super::error::{suggest, AsmError, AsmErrorKind, AsmErrors};
 use super::syntax::{parse_line, split_comment, Arg, ArgNode, Cursor, Diag, DimAst, Sp, Span, Stmt, TypeAst};
@@ -907,12 +907,18 @@ impl<'o> Assembler<'o> {
             "define" => {
                 let n = c.ident("a name, as in `.define NAME VALUE`")?;
                 c.ws();
-                let value = c.rest.trim().to_string();
+                let mut value = c.rest.trim().to_string();
                 if value.is_empty() {
                     return Err(c.expected("a value, as in `.define NAME VALUE`"));
                 }
                 if self.opts.defines.iter().any(|(k, _)| k == n.node) {
                     return Ok(()); // -D on the command line wins
+                }
+                if value.starts_with("gguf_meta(") {
+                    // `.define NAME gguf_meta("path", "key")`: the metadata value's text.
+                    let call = c.value()?;
+                    c.end()?;
+                    value = gguf_meta_text(&self.files, &self.opts.base_dir, &call)?;
                 }
                 if let Some((old, first_line)) = self.defines.get(n.node) {
                     if *old != value {

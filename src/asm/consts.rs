@@ -1,5 +1,6 @@
 //! Numbers and constant values: parsing immediates, and turning a `.const` value (inline list,
-//! splat, `rand`, `npy`, `safetensors`) into bytes or a splat.
+//! splat, `rand`, `arange`, `rope_cos`/`rope_sin`, `npy`, `safetensors`, `gguf`) into bytes or a
+//! splat; and the metadata values of `.define NAME gguf_meta(...)`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -10,7 +11,9 @@ use half::{bf16, f16};
 
 use super::error::{closest, AsmErrorKind};
 use super::syntax::{Arg, ArgNode, Diag, Span};
+use crate::gguf::GgufFile;
 use crate::isa::DType;
+use crate::numerics::{f32_to_bf16_bits, f32_to_f16_bits};
 use crate::rand::{philox_normal, philox_uniform};
 
 /// Largest `rand(...)` constant the assembler generates.
@@ -165,6 +168,15 @@ pub fn f32_to_dtype_bits(v: f32, dtype: DType) -> u32 {
     }
 }
 
+/// The bits of `v` in a float dtype, rounded once (to nearest even) from the f64.
+fn f64_to_dtype_bits(v: f64, dtype: DType) -> u32 {
+    match dtype {
+        DType::F16 => f16::from_f64(v).to_bits() as u32,
+        DType::Bf16 => bf16::from_f64(v).to_bits() as u32,
+        _ => (v as f32).to_bits(),
+    }
+}
+
 fn put(out: &mut Vec<u8>, bits: u32, dtype: DType) {
     out.extend_from_slice(&bits.to_le_bytes()[..dtype.size()]);
 }
@@ -190,10 +202,15 @@ pub enum ConstValue {
     Bytes(Vec<u8>),
 }
 
-/// Files already read during one assembly, by resolved path. A safetensors file holds every
-/// weight of a model (all-MiniLM-L6-v2: 101 constants from one 91 MB file), so reading it once
-/// rather than once per constant keeps assembly I/O at the file's size.
-pub type FileCache = RefCell<HashMap<PathBuf, Rc<Vec<u8>>>>;
+/// Files already read during one assembly, by resolved path. A safetensors or GGUF file holds
+/// every weight of a model (all-MiniLM-L6-v2: 101 constants from one 91 MB file), so reading it
+/// once rather than once per constant keeps assembly I/O at the file's size.
+#[derive(Default)]
+pub struct FileCache {
+    bytes: RefCell<HashMap<PathBuf, Rc<Vec<u8>>>>,
+    /// GGUF files, parsed (for `gguf(...)` constants and `gguf_meta(...)` defines).
+    gguf: RefCell<HashMap<PathBuf, Rc<GgufFile>>>,
+}
 
 /// Everything `materialize` needs to know about the constant.
 pub struct ConstTarget<'a> {
@@ -301,6 +318,26 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
             Ok(ConstValue::Bytes(out))
         }
         ArgNode::Ident("zeros") => Ok(ConstValue::Splat(0)),
+        ArgNode::Ident("arange") => {
+            if t.dtype == DType::I32 && n > i32::MAX as u64 + 1 {
+                return Err(Diag::other(
+                    format!("`arange` over {n} elements overflows i32 (`%{}` is {})", t.name, t.shape_text()),
+                    "element i holds i",
+                    value.span.clone(),
+                ));
+            }
+            if bytes > MAX_CONST_BYTES {
+                return Err(too_big(value.span.clone()));
+            }
+            fits(value.span.clone())?;
+            let mut out = alloc_bytes(t, bytes, value.span.clone())?;
+            for i in 0..n {
+                let bits =
+                    if t.dtype == DType::I32 { i as u32 } else { f64_to_dtype_bits(i as f64, t.dtype) };
+                put(&mut out, bits, t.dtype);
+            }
+            Ok(ConstValue::Bytes(out))
+        }
         ArgNode::Ident("ones") => {
             Ok(ConstValue::Splat(if t.dtype == DType::I32 { 1 } else { f32_to_dtype_bits(1.0, t.dtype) }))
         }
@@ -350,16 +387,89 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 fits(value.span.clone())?;
                 load_safetensors(t, &path, span, tensor, tname.span.clone())
             }
-            ("fill" | "rand" | "npy" | "safetensors", _) => Err(Diag::other(
-                format!("wrong arguments to `{}(...)`", name.node),
-                match name.node {
-                    "fill" => "expected `fill(value)`",
-                    "rand" => "expected `rand(seed)` or `rand(seed, normal)`",
-                    "npy" => "expected `npy(\"path\")`",
-                    _ => "expected `safetensors(\"path\", \"tensor name\")`",
-                },
-                value.span.clone(),
-            )),
+            ("gguf", [p, tname]) => {
+                let (path, span) = path_arg(p)?;
+                let ArgNode::Str(tensor) = &tname.node else {
+                    return Err(wrong_value(tname, "the tensor's name as a string"));
+                };
+                fits(value.span.clone())?;
+                load_gguf(t, &path, span, tensor, tname.span.clone())
+            }
+            ("rope_cos" | "rope_sin", [theta]) => {
+                if !t.dtype.is_float() {
+                    return Err(float_only(name.node, name.span.clone()));
+                }
+                let theta_v = match theta.node {
+                    ArgNode::Number(text) => match text.parse::<f64>() {
+                        Ok(v) if v.is_finite() && v > 0.0 => v,
+                        _ => {
+                            return Err(bad(
+                                text,
+                                "rope base",
+                                "must be a finite number above 0",
+                                theta.span.clone(),
+                            ))
+                        }
+                    },
+                    _ => return Err(wrong_value(theta, "the rope base θ, a number such as `10000`")),
+                };
+                let &[positions, d] = t.dims else {
+                    return Err(Diag::other(
+                        format!(
+                            "`{}` needs a 2-D constant [positions, dim], but `%{}` is {}",
+                            name.node,
+                            t.name,
+                            t.shape_text()
+                        ),
+                        "only for shape [P, D]",
+                        name.span.clone(),
+                    ));
+                };
+                if d % 2 != 0 {
+                    return Err(Diag::other(
+                        format!(
+                            "`{}` needs an even last dim, but `%{}` is {}",
+                            name.node,
+                            t.name,
+                            t.shape_text()
+                        ),
+                        "columns 2i and 2i+1 share frequency i",
+                        name.span.clone(),
+                    ));
+                }
+                if bytes > MAX_CONST_BYTES {
+                    return Err(too_big(value.span.clone()));
+                }
+                fits(value.span.clone())?;
+                let mut out = alloc_bytes(t, bytes, value.span.clone())?;
+                let sin = name.node == "rope_sin";
+                for p in 0..positions as u64 {
+                    for j in 0..d as u64 {
+                        let angle = p as f64 * theta_v.powf(-((2 * (j / 2)) as f64) / d as f64);
+                        put(
+                            &mut out,
+                            f64_to_dtype_bits(if sin { angle.sin() } else { angle.cos() }, t.dtype),
+                            t.dtype,
+                        );
+                    }
+                }
+                Ok(ConstValue::Bytes(out))
+            }
+            ("fill" | "rand" | "npy" | "safetensors" | "gguf" | "rope_cos" | "rope_sin", _) => {
+                Err(Diag::other(
+                    format!("wrong arguments to `{}(...)`", name.node),
+                    match name.node {
+                        "fill" => "expected `fill(value)`",
+                        "rand" => "expected `rand(seed)` or `rand(seed, normal)`",
+                        "npy" => "expected `npy(\"path\")`",
+                        "gguf" => "expected `gguf(\"path\", \"tensor name\")`",
+                        "rope_cos" => "expected `rope_cos(theta)`",
+                        "rope_sin" => "expected `rope_sin(theta)`",
+                        _ => "expected `safetensors(\"path\", \"tensor name\")`",
+                    },
+                    value.span.clone(),
+                ))
+            }
             _ => Err(value_kind_error(value)),
         },
         _ => Err(value_kind_error(value)),
@@ -369,7 +479,7 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
 fn value_kind_error(value: &Arg) -> Diag {
     wrong_value(
         value,
-        "a constant value: `[...]`, `zeros`, `ones`, `fill(v)`, `rand(seed)`, `npy(\"...\")` or `safetensors(\"...\", \"...\")`",
+        "a constant value: `[...]`, `zeros`, `ones`, `fill(v)`, `rand(seed)`, `arange`, `rope_cos(theta)`, `rope_sin(theta)`, `npy(\"...\")`, `safetensors(\"...\", \"...\")` or `gguf(\"...\", \"...\")`",
     )
 }
 
@@ -392,11 +502,11 @@ fn read_file(base: &Path, path: &str, span: Span) -> Result<Vec<u8>, Diag> {
 /// [`read_file`] through the assembly's [`FileCache`] (failures are not cached).
 fn read_file_cached(t: &ConstTarget, path: &str, span: Span) -> Result<Rc<Vec<u8>>, Diag> {
     let full = t.base_dir.join(path);
-    if let Some(bytes) = t.files.borrow().get(&full) {
+    if let Some(bytes) = t.files.bytes.borrow().get(&full) {
         return Ok(bytes.clone());
     }
     let bytes = Rc::new(read_file(t.base_dir, path, span)?);
-    t.files.borrow_mut().insert(full, bytes.clone());
+    t.files.bytes.borrow_mut().insert(full, bytes.clone());
     Ok(bytes)
 }
 
@@ -577,6 +687,129 @@ fn load_safetensors(
         name_span,
     )
     .note("F32, F16, BF16 and I32 load into the same dtype; F32 also loads into f16 and bf16 (rounded)"))
+}
+
+/// The GGUF file at `path` (relative to `base`), parsed once per assembly.
+fn open_gguf(files: &FileCache, base: &Path, path: &str, span: Span) -> Result<Rc<GgufFile>, Diag> {
+    let full = base.join(path);
+    if let Some(f) = files.gguf.borrow().get(&full) {
+        return Ok(f.clone());
+    }
+    let bytes = read_file(base, path, span.clone())?;
+    let file = GgufFile::from_bytes(bytes).map_err(|e| {
+        Diag::new(
+            AsmErrorKind::File { path: path.into(), error: format!("not a valid GGUF file: {e}") },
+            span,
+        )
+    })?;
+    let file = Rc::new(file);
+    files.gguf.borrow_mut().insert(full, file.clone());
+    Ok(file)
+}
+
+fn load_gguf(
+    t: &ConstTarget,
+    path: &str,
+    span: Span,
+    name: &str,
+    name_span: Span,
+) -> Result<ConstValue, Diag> {
+    let file = open_gguf(t.files, t.base_dir, path, span)?;
+    let Some(tensor) = file.tensor(name) else {
+        let near = closest(name, file.tensors().iter().map(|t| t.name.as_str()), 3);
+        let mut d =
+            Diag::other(format!("`{path}` has no tensor named `{name}`"), "not in the file", name_span);
+        if !near.is_empty() {
+            let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
+            d = d.note(format!("closest names in the file: {}", list.join(", ")));
+        }
+        return Err(d);
+    };
+    let shape = tensor.shape();
+    if shape.len() != t.dims.len() || shape.iter().zip(t.dims).any(|(&a, &b)| a != b as u64) {
+        return Err(shape_mismatch(t, &format!("{path}: {name}"), &shape, name_span).note(format!(
+            "GGUF lists dims fastest first ({:?}); the row-major shape is that list reversed",
+            tensor.info.dims
+        )));
+    }
+    let ty = tensor.info.ggml_type;
+    if !t.dtype.is_float() || !crate::gguf::can_dequantize(ty) {
+        return Err(Diag::new(
+            AsmErrorKind::FileMismatch(format!(
+                "`{path}`: tensor `{name}` is {ty}, which cannot be loaded into `%{}` ({})",
+                t.name, t.dtype
+            )),
+            name_span,
+        )
+        .note(
+            "GGUF tensors of type F32, F16, BF16, Q8_0 and Q4_1 load into f32, f16 or bf16 (dequantized)",
+        ));
+    }
+    let mut out = alloc_bytes(t, tensor.info.len().saturating_mul(t.dtype.size() as u64), name_span)?;
+    let dtype = t.dtype;
+    // Each value is dequantized to f32 once (see crate::gguf), then rounded to f16/bf16.
+    let mut emit = |v: f32| {
+        let bits = match dtype {
+            DType::F16 => f32_to_f16_bits(v) as u32,
+            DType::Bf16 => f32_to_bf16_bits(v) as u32,
+            _ => v.to_bits(),
+        };
+        put(&mut out, bits, dtype)
+    };
+    // The type was checked above: this cannot fail.
+    let _ = crate::gguf::dequantize(ty, tensor.data, &mut emit);
+    Ok(ConstValue::Bytes(out))
+}
+
+/// The text of `gguf_meta("path", "key")` (the value of a `.define`): integers in decimal,
+/// floats as the shortest decimal that reads back to the same value, bools `true`/`false`,
+/// strings as they are. Arrays, and strings holding line breaks, are errors.
+pub fn gguf_meta_text(files: &FileCache, base: &Path, value: &Arg) -> Result<String, Diag> {
+    let args = match &value.node {
+        ArgNode::Call { name, args } if name.node == "gguf_meta" => args,
+        _ => return Err(wrong_value(value, "`gguf_meta(\"path\", \"key\")`")),
+    };
+    let [p, key] = args.as_slice() else {
+        return Err(Diag::other(
+            "wrong arguments to `gguf_meta(...)`",
+            "expected `gguf_meta(\"path\", \"key\")`",
+            value.span.clone(),
+        ));
+    };
+    let (path, span) = path_arg(p)?;
+    let ArgNode::Str(key_text) = &key.node else {
+        return Err(wrong_value(key, "the metadata key as a string"));
+    };
+    let file = open_gguf(files, base, &path, span)?;
+    let Some(v) = file.get(key_text) else {
+        let near = closest(key_text, file.metadata().iter().map(|(k, _)| k.as_str()), 3);
+        let mut d = Diag::other(
+            format!("`{path}` has no metadata key `{key_text}`"),
+            "not in the file",
+            key.span.clone(),
+        );
+        if !near.is_empty() {
+            let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
+            d = d.note(format!("closest keys in the file: {}", list.join(", ")));
+        }
+        return Err(d);
+    };
+    match v.scalar_text() {
+        Some(text) if !text.contains(['\n', '\r']) => Ok(text),
+        Some(_) => Err(Diag::other(
+            format!("metadata `{key_text}` is a string of several lines, which cannot be a define"),
+            "a define's value is one line of text",
+            key.span.clone(),
+        )),
+        None => Err(Diag::other(
+            format!(
+                "metadata `{key_text}` is an array of {} elements; a define takes a number, string or bool",
+                v.as_array().map_or(0, |a| a.len())
+            ),
+            "an array",
+            key.span.clone(),
+        )),
+    }
 }
 
 #[cfg(test)]

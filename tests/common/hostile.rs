@@ -267,3 +267,22 @@ pub fn capi(data: &[u8]) {
         adeadvm_program_free(program);
     }
 }
+
+/// GGUF parsing on arbitrary bytes: what parses lists tensors that all dequantize to their
+/// element count (or refuse an unsupported type cleanly), and a tokenizer built from it, when
+/// one builds, encodes and decodes.
+pub fn gguf(data: &[u8]) {
+    let Ok(file) = adeadvm::gguf::GgufFile::from_bytes(data.to_vec()) else { return };
+    for info in file.tensors() {
+        let t = file.tensor(&info.name).expect("a listed tensor is found");
+        if let Ok(v) = t.dequantize() {
+            assert_eq!(v.len() as u64, info.len(), "tensor {}", info.name);
+        }
+    }
+    if let Ok(tok) = adeadvm::tokenizer::Tokenizer::from_gguf(&file) {
+        let text = "hello 12 héllo\n\n<s> x";
+        let ids = tok.encode(text);
+        let _ = tok.decode(&ids);
+        let _ = tok.chat_prompt(text);
+    }
+}
