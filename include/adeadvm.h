@@ -200,6 +200,28 @@ enum AdeadvmStatus adeadvm_session_output(const struct AdeadvmSession *session,
                                           const void **data,
                                           size_t *nbytes);
 
+// Greedy generation with a generation program (programs/smollm2.s): `n_prompts` prompts, prompt
+// k being `lens[k]` token ids of `ids` after the previous prompts', run as one batch of up to
+// `max_new` new tokens each, stopping a prompt at token `stop` (none when `stop` < 0). Writes
+// each prompt's generated ids to `out_ids[k * max_new ..]` (the stop token left out, -1 after
+// the last), `out_ids_len` >= `n_prompts * max_new`; and, when `out_stopped` is not NULL,
+// whether prompt k ended on the stop token to `out_stopped[k]` (0 or 1). The logits that chose
+// the first tokens are the session's output `logits` afterwards (`adeadvm_session_output`).
+//
+// # Safety
+// `session` is a live handle not used by another thread; `ids` points to `sum(lens)` values,
+// `lens` to `n_prompts` values, `out_ids` to `out_ids_len` writable values and `out_stopped`
+// (if not NULL) to `n_prompts` writable bytes.
+enum AdeadvmStatus adeadvm_session_generate(struct AdeadvmSession *session,
+                                            const int64_t *ids,
+                                            const size_t *lens,
+                                            size_t n_prompts,
+                                            size_t max_new,
+                                            int64_t stop,
+                                            int32_t *out_ids,
+                                            size_t out_ids_len,
+                                            uint8_t *out_stopped);
+
 // Frees a session handle (NULL is ignored).
 //
 // # Safety

@@ -363,6 +363,18 @@ impl Session {
         Ok(Session { program, vm, backend: config.backend })
     }
 
+    /// A session with every VM setting given, the SIMD level included: for tests and
+    /// benchmarks that compare executor configurations.
+    pub fn from_vm_config(program: &Program, config: VmConfig) -> Result<Session> {
+        let backend = match config.backend {
+            crate::vm::Backend::Auto => Backend::Auto,
+            crate::vm::Backend::Cpu => Backend::Cpu,
+            crate::vm::Backend::Vulkan => Backend::Vulkan,
+        };
+        let vm = Vm::new(program.verified.clone(), config)?;
+        Ok(Session { program: program.clone(), vm, backend })
+    }
+
     /// The program this session runs (with any tier override applied).
     pub fn program(&self) -> &Program {
         &self.program

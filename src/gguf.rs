@@ -834,3 +834,109 @@ pub mod build {
         out
     }
 }
+
+/// A GGUF v3 file that holds only the metadata of `file` whose keys `keep` accepts (in the
+/// file's order) and no tensors: how a program carries its model's vocabulary (`.vocab` in the
+/// assembler). Deterministic: the same input gives the same bytes, and a file made this way
+/// gives itself back.
+pub fn metadata_file(file: &GgufFile, keep: impl Fn(&str) -> bool) -> Vec<u8> {
+    let kept: Vec<&(String, Value)> = file.metadata().iter().filter(|(k, _)| keep(k)).collect();
+    let mut out = Vec::new();
+    out.extend(b"GGUF");
+    out.extend(3u32.to_le_bytes());
+    out.extend(0u64.to_le_bytes());
+    out.extend((kept.len() as u64).to_le_bytes());
+    for (key, value) in kept {
+        put_string(&mut out, key);
+        out.extend(value_type(value).to_le_bytes());
+        put_value(&mut out, value);
+    }
+    out
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as u64).to_le_bytes());
+    out.extend(s.as_bytes());
+}
+
+/// The GGUF type code of a value (the inverse of `read_value`'s).
+fn value_type(v: &Value) -> u32 {
+    match v {
+        Value::U8(_) => 0,
+        Value::I8(_) => 1,
+        Value::U16(_) => 2,
+        Value::I16(_) => 3,
+        Value::U32(_) => 4,
+        Value::I32(_) => 5,
+        Value::F32(_) => 6,
+        Value::Bool(_) => 7,
+        Value::String(_) => 8,
+        Value::Array(_) => 9,
+        Value::U64(_) => 10,
+        Value::I64(_) => 11,
+        Value::F64(_) => 12,
+    }
+}
+
+fn array_type(a: &Array) -> u32 {
+    match a {
+        Array::U8(_) => 0,
+        Array::I8(_) => 1,
+        Array::U16(_) => 2,
+        Array::I16(_) => 3,
+        Array::U32(_) => 4,
+        Array::I32(_) => 5,
+        Array::F32(_) => 6,
+        Array::Bool(_) => 7,
+        Array::String(_) => 8,
+        Array::Array(_) => 9,
+        Array::U64(_) => 10,
+        Array::I64(_) => 11,
+        Array::F64(_) => 12,
+    }
+}
+
+fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.extend(x.to_le_bytes()),
+        Value::I8(x) => out.extend(x.to_le_bytes()),
+        Value::U16(x) => out.extend(x.to_le_bytes()),
+        Value::I16(x) => out.extend(x.to_le_bytes()),
+        Value::U32(x) => out.extend(x.to_le_bytes()),
+        Value::I32(x) => out.extend(x.to_le_bytes()),
+        Value::U64(x) => out.extend(x.to_le_bytes()),
+        Value::I64(x) => out.extend(x.to_le_bytes()),
+        Value::F32(x) => out.extend(x.to_le_bytes()),
+        Value::F64(x) => out.extend(x.to_le_bytes()),
+        Value::Bool(x) => out.push(u8::from(*x)),
+        Value::String(s) => put_string(out, s),
+        Value::Array(a) => put_array(out, a),
+    }
+}
+
+fn put_array(out: &mut Vec<u8>, a: &Array) {
+    out.extend(array_type(a).to_le_bytes());
+    out.extend((a.len() as u64).to_le_bytes());
+    macro_rules! each {
+        ($v:expr) => {
+            for x in $v {
+                out.extend(x.to_le_bytes());
+            }
+        };
+    }
+    match a {
+        Array::U8(v) => out.extend(v),
+        Array::I8(v) => each!(v),
+        Array::U16(v) => each!(v),
+        Array::I16(v) => each!(v),
+        Array::U32(v) => each!(v),
+        Array::I32(v) => each!(v),
+        Array::U64(v) => each!(v),
+        Array::I64(v) => each!(v),
+        Array::F32(v) => each!(v),
+        Array::F64(v) => each!(v),
+        Array::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
+        Array::String(v) => v.iter().for_each(|s| put_string(out, s)),
+        Array::Array(v) => v.iter().for_each(|x| put_array(out, x)),
+    }
+}

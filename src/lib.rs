@@ -16,6 +16,7 @@
 pub mod asm;
 pub mod exec;
 pub mod format;
+pub mod generate;
 pub mod gguf;
 pub mod isa;
 pub mod npy;

@@ -58,6 +58,8 @@ pub enum TokenizerError {
     BadMerge { index: usize, text: String, why: &'static str },
     #[error("`{key}` = {id} is outside the vocabulary of {n} tokens")]
     BadId { key: &'static str, id: u64, n: usize },
+    #[error("the program's vocabulary is malformed: {0}")]
+    Vocab(String),
 }
 
 /// The pre-tokenizers supported.
@@ -145,6 +147,15 @@ fn opt_id(file: &GgufFile, key: &'static str, n: usize) -> Result<Option<u32>, T
 }
 
 impl Tokenizer {
+    /// The vocabulary a program carries (`.vocab` in the assembler), or None when it has none.
+    pub fn from_program(p: &crate::format::Program) -> Result<Option<Tokenizer>, TokenizerError> {
+        if p.vocab.is_empty() {
+            return Ok(None);
+        }
+        let file = GgufFile::from_bytes(p.vocab.clone()).map_err(|e| TokenizerError::Vocab(e.to_string()))?;
+        Tokenizer::from_gguf(&file).map(Some)
+    }
+
     /// Builds the tokenizer from `tokenizer.ggml.*` metadata (model, pre, tokens, token_type,
     /// merges, bos/eos/unknown/padding ids, add_bos_token) and `tokenizer.chat_template`.
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer, TokenizerError> {

@@ -109,6 +109,20 @@ def _load_lib():
                     ctypes.POINTER(sz),
                 ],
             ),
+            "adeadvm_session_generate": (
+                st,
+                [
+                    P,
+                    ctypes.POINTER(ctypes.c_int64),
+                    ctypes.POINTER(sz),
+                    sz,
+                    sz,
+                    ctypes.c_int64,
+                    ctypes.POINTER(ctypes.c_int32),
+                    sz,
+                    ctypes.POINTER(ctypes.c_uint8),
+                ],
+            ),
             "adeadvm_session_free": (None, [P]),
         }
         for name, (res, args) in sigs.items():
@@ -224,6 +238,48 @@ class VM:
                 self._set_input(name, value)
             _check(self._lib.adeadvm_session_run(self._session))
             return {name: self._output(name) for name in self._program.outputs}
+
+    def generate(self, prompts, max_new, stop=None):
+        """Greedy generation with a generation program (programs/smollm2.s).
+
+        prompts: a list of prompts, each a list of token ids; they run as one batch, and each
+        prompt's result is the same bits as when it runs alone. max_new: tokens to generate per
+        prompt at most. stop: the end-of-text id (None: exactly max_new tokens).
+        Returns one dict per prompt: "ids" (the generated ids, without the stop token),
+        "stopped" (whether it ended on `stop`) and "logits" (float32 [kept, vocab]: the logits
+        that chose its first tokens, as many as the program keeps).
+        """
+        prompts = [[int(t) for t in p] for p in prompts]
+        n = len(prompts)
+        flat = [t for p in prompts for t in p]
+        ids = (ctypes.c_int64 * max(len(flat), 1))(*flat)
+        lens = (ctypes.c_size_t * max(n, 1))(*[len(p) for p in prompts])
+        out = (ctypes.c_int32 * max(n * max_new, 1))()
+        stopped = (ctypes.c_uint8 * max(n, 1))()
+        with self._lock:
+            _check(
+                self._lib.adeadvm_session_generate(
+                    self._session,
+                    ids,
+                    lens,
+                    n,
+                    max_new,
+                    -1 if stop is None else int(stop),
+                    out,
+                    n * max_new,
+                    stopped,
+                )
+            )
+            logits = self._output("logits")
+        results = []
+        for k in range(n):
+            row = [out[k * max_new + i] for i in range(max_new)]
+            got = [t for t in row if t >= 0]
+            made = len(got) + (1 if stopped[k] else 0)
+            results.append(
+                {"ids": got, "stopped": bool(stopped[k]), "logits": logits[k, : min(made, logits.shape[1])].copy()}
+            )
+        return results
 
     def _set_input(self, name, value):
         a = np.ascontiguousarray(value)

@@ -12,7 +12,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::consts::{
-    arg_text, gguf_meta_text, int_arg, materialize, parse_elem, parse_f32, ConstTarget, ConstValue, FileCache,
+    arg_text, gguf_meta_text, gguf_vocab, int_arg, materialize, parse_elem, parse_f32, ConstTarget,
+    ConstValue, FileCache,
 };
 use super::error::{suggest, AsmError, AsmErrorKind, AsmErrors};
 use super::syntax::{parse_line, split_comment, Arg, ArgNode, Cursor, Diag, DimAst, Sp, Span, Stmt, TypeAst};
@@ -97,6 +98,8 @@ pub(crate) struct Assembler<'o> {
     failed_decls: HashSet<String>,
     /// Unknown `${NAME}`s already reported: reported at their first use only.
     unknown_defines: HashSet<String>,
+    /// `.vocab`: the vocabulary's metadata file and the line that gave it.
+    vocab: Option<(Vec<u8>, usize)>,
 }
 
 /// The first word of a line's code, for finding `.rept`/`.endr` before substitution.
@@ -197,6 +200,7 @@ impl<'o> Assembler<'o> {
             lines: Vec::new(),
             pending_loc: None,
             labels: Vec::new(),
+            vocab: None,
             label_ids: HashMap::new(),
             label_uses: Vec::new(),
             files: FileCache::default(),
@@ -931,6 +935,19 @@ impl<'o> Assembler<'o> {
                 }
                 self.defines.insert(n.node.to_string(), (value, ctx.line));
             }
+            "vocab" => {
+                // `.vocab gguf("path")`: the model's `tokenizer.*` metadata, for `generate`.
+                let call = c.value()?;
+                c.end()?;
+                if let Some((_, first_line)) = self.vocab {
+                    return Err(Diag::new(
+                        AsmErrorKind::DuplicateName { what: "directive", name: ".vocab".into(), first_line },
+                        name.span,
+                    ));
+                }
+                let bytes = gguf_vocab(&self.files, &self.opts.base_dir, &call)?;
+                self.vocab = Some((bytes, ctx.line));
+            }
             "dim" => loop {
                 let d = c.ident("a symbolic dimension name")?;
                 if let Some(&first_line) = self.dims_declared.get(d.node) {
@@ -1282,6 +1299,7 @@ impl<'o> Assembler<'o> {
                 labels: self.labels,
             },
             data: Blob::from_vec(self.data),
+            vocab: self.vocab.map(|(v, _)| v).unwrap_or_default(),
             ..Program::default()
         })
     }

@@ -764,6 +764,31 @@ fn load_gguf(
 /// The text of `gguf_meta("path", "key")` (the value of a `.define`): integers in decimal,
 /// floats as the shortest decimal that reads back to the same value, bools `true`/`false`,
 /// strings as they are. Arrays, and strings holding line breaks, are errors.
+/// `.vocab gguf("path")`: a GGUF file holding only `path`'s `tokenizer.*` metadata (see
+/// `gguf::metadata_file`), checked to build a tokenizer.
+pub fn gguf_vocab(files: &FileCache, base: &Path, value: &Arg) -> Result<Vec<u8>, Diag> {
+    let args = match &value.node {
+        ArgNode::Call { name, args } if name.node == "gguf" => args,
+        _ => return Err(wrong_value(value, "`gguf(\"path\")`, the model whose vocabulary to carry")),
+    };
+    let [p] = args.as_slice() else {
+        return Err(Diag::other(
+            "wrong arguments to `gguf(...)`",
+            "expected `gguf(\"path\")`",
+            value.span.clone(),
+        ));
+    };
+    let (path, span) = path_arg(p)?;
+    let file = open_gguf(files, base, &path, span.clone())?;
+    let bytes = crate::gguf::metadata_file(&file, |k| k.starts_with("tokenizer."));
+    let small = crate::gguf::GgufFile::from_bytes(bytes.clone()).map_err(|e| {
+        Diag::other(format!("`{path}`: {e}"), "its vocabulary cannot be copied", span.clone())
+    })?;
+    crate::tokenizer::Tokenizer::from_gguf(&small)
+        .map_err(|e| Diag::other(format!("`{path}` has no usable vocabulary: {e}"), "read here", span))?;
+    Ok(bytes)
+}
+
 pub fn gguf_meta_text(files: &FileCache, base: &Path, value: &Arg) -> Result<String, Diag> {
     let args = match &value.node {
         ArgNode::Call { name, args } if name.node == "gguf_meta" => args,

@@ -1,6 +1,7 @@
 //! Subcommands and their shared plumbing (loading `.s` or `.bib`, atomic output files).
 
 mod bench;
+mod generate;
 mod run;
 
 use std::path::{Path, PathBuf};
@@ -37,6 +38,9 @@ enum Command {
     Info,
     /// Time one kernel (matmul, add, exp, gelu, softmax, layernorm, rmsnorm, dispatch) inside the VM.
     Bench(bench::BenchArgs),
+    /// Generate text with a generation program (programs/smollm2.s): greedy, the same tokens on
+    /// every executor and at any batch size.
+    Generate(generate::GenerateArgs),
 }
 
 /// How to read a program given on the command line (.bib, or .s assembled in memory).
@@ -204,6 +208,7 @@ pub fn main() -> i32 {
         Command::Replay(a) => run::cmd_replay(a),
         Command::Info => run::cmd_info(),
         Command::Bench(a) => bench::cmd_bench(a),
+        Command::Generate(a) => generate::cmd_generate(a),
     });
     match result {
         Ok(Ok(())) => 0,

@@ -606,6 +606,100 @@ pub unsafe extern "C" fn adeadvm_session_output(
     })
 }
 
+impl From<crate::generate::GenerateError> for Failure {
+    fn from(e: crate::generate::GenerateError) -> Failure {
+        match e {
+            crate::generate::GenerateError::Run(e) => e.into(),
+            e => Failure::invalid(e.to_string()),
+        }
+    }
+}
+
+/// Greedy generation with a generation program (programs/smollm2.s): `n_prompts` prompts, prompt
+/// k being `lens[k]` token ids of `ids` after the previous prompts', run as one batch of up to
+/// `max_new` new tokens each, stopping a prompt at token `stop` (none when `stop` < 0). Writes
+/// each prompt's generated ids to `out_ids[k * max_new ..]` (the stop token left out, -1 after
+/// the last), `out_ids_len` >= `n_prompts * max_new`; and, when `out_stopped` is not NULL,
+/// whether prompt k ended on the stop token to `out_stopped[k]` (0 or 1). The logits that chose
+/// the first tokens are the session's output `logits` afterwards (`adeadvm_session_output`).
+///
+/// # Safety
+/// `session` is a live handle not used by another thread; `ids` points to `sum(lens)` values,
+/// `lens` to `n_prompts` values, `out_ids` to `out_ids_len` writable values and `out_stopped`
+/// (if not NULL) to `n_prompts` writable bytes.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn adeadvm_session_generate(
+    session: *mut AdeadvmSession,
+    ids: *const i64,
+    lens: *const usize,
+    n_prompts: usize,
+    max_new: usize,
+    stop: i64,
+    out_ids: *mut i32,
+    out_ids_len: usize,
+    out_stopped: *mut u8,
+) -> AdeadvmStatus {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let s = unsafe { session.as_mut() }.ok_or_else(|| Failure::null("session"))?;
+        if n_prompts > 0 && (lens.is_null() || ids.is_null()) {
+            return Err(Failure::null(if lens.is_null() { "lens" } else { "ids" }));
+        }
+        if out_ids.is_null() {
+            return Err(Failure::null("out_ids"));
+        }
+        let need = n_prompts
+            .checked_mul(max_new)
+            .ok_or_else(|| Failure::invalid("n_prompts * max_new overflows".into()))?;
+        if out_ids_len < need {
+            return Err(Failure(
+                AdeadvmStatus::BufferTooSmall,
+                format!("out_ids holds {out_ids_len} values but {n_prompts} prompts of up to {max_new} tokens need {need}"),
+            ));
+        }
+        // SAFETY: non-null (checked) with n_prompts values (caller promise).
+        let lens =
+            if n_prompts == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(lens, n_prompts) } };
+        let total = lens
+            .iter()
+            .try_fold(0usize, |a, &l| a.checked_add(l))
+            .ok_or_else(|| Failure::invalid("the prompt lengths overflow".into()))?;
+        // SAFETY: non-null when there are prompts, with sum(lens) values (caller promise).
+        let ids = if total == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ids, total) } };
+        let mut prompts = Vec::with_capacity(n_prompts);
+        let mut at = 0;
+        for &l in lens {
+            prompts.push(ids[at..at + l].to_vec());
+            at += l;
+        }
+        let stop = if stop < 0 {
+            None
+        } else {
+            Some(
+                u32::try_from(stop)
+                    .map_err(|_| Failure::invalid(format!("stop token {stop} is out of range")))?,
+            )
+        };
+        let generator = crate::generate::GenerationProgram::new(s.session.program().clone())?;
+        let request = crate::generate::Request { prompts, max_new, stop };
+        let out = generator.generate(&mut s.session, &request, &mut ())?;
+        // SAFETY: non-null with out_ids_len >= need writable values (checked, caller promise).
+        let dst = unsafe { std::slice::from_raw_parts_mut(out_ids, need) };
+        dst.fill(-1);
+        for (k, seq) in out.sequences.iter().enumerate() {
+            for (d, &id) in dst[k * max_new..].iter_mut().zip(&seq.ids) {
+                *d = id as i32;
+            }
+            if !out_stopped.is_null() {
+                // SAFETY: non-null with n_prompts writable bytes (caller promise).
+                unsafe { out_stopped.add(k).write(u8::from(seq.stopped)) };
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Frees a session handle (NULL is ignored).
 ///
 /// # Safety

@@ -59,10 +59,12 @@ enum Section {
     Spirv = 6,
     Kernels = 7,
     Debug = 8,
+    /// Optional: a tokenizer's vocabulary (see [`Program::vocab`]).
+    Vocab = OPTIONAL_SECTION_BIT | 9,
 }
 
 impl Section {
-    const ALL: [Section; 8] = [
+    const ALL: [Section; 9] = [
         Section::Code,
         Section::Syms,
         Section::Tensors,
@@ -71,6 +73,7 @@ impl Section {
         Section::Spirv,
         Section::Kernels,
         Section::Debug,
+        Section::Vocab,
     ];
     fn name(self) -> &'static str {
         match self {
@@ -82,6 +85,7 @@ impl Section {
             Section::Spirv => "spirv",
             Section::Kernels => "kernels",
             Section::Debug => "debug",
+            Section::Vocab => "vocab",
         }
     }
 }
@@ -258,6 +262,11 @@ pub struct Program {
     pub spirv: Vec<SpirvModule>,
     pub kernels: Vec<KernelDecl>,
     pub debug: DebugInfo,
+    /// The vocabulary a generation program's tokens come from, for `adeadvm generate`: a GGUF
+    /// file holding only the tokenizer's metadata (`tokenizer.*` keys, no tensors), as the
+    /// assembler's `.vocab gguf(...)` copies it. Empty when the program has none. Opaque here;
+    /// `tokenizer::Tokenizer::from_program` reads it.
+    pub vocab: Vec<u8>,
     /// The data section (constant values).
     pub data: Blob,
     /// BLAKE3 of the file; set by `from_bytes`/`load`, all zero for an unsaved program.
@@ -276,6 +285,7 @@ impl Default for Program {
             spirv: Vec::new(),
             kernels: Vec::new(),
             debug: DebugInfo::default(),
+            vocab: Vec::new(),
             data: Blob::from_vec(Vec::new()),
             digest: [0; 32],
         }
@@ -609,6 +619,9 @@ impl Program {
             }
             s.finish()?;
         }
+        if let Some(r) = range_of(Section::Vocab) {
+            p.vocab = bytes[r].to_vec();
+        }
         p.data = blob;
         Ok(p)
     }
@@ -696,6 +709,9 @@ impl Program {
             put_u32(&mut w, *at);
         }
         sections.push((Section::Debug, w));
+        if !self.vocab.is_empty() {
+            sections.push((Section::Vocab, self.vocab.clone()));
+        }
 
         let mut out = vec![0u8; HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len()];
         let mut table = Vec::new();

@@ -1,0 +1,482 @@
+//! programs/smollm2.s on a tiny Llama model with random weights, written by this test as a GGUF
+//! file in llama.cpp's layout (q and k rows permuted for rotary embedding on adjacent pairs):
+//! - greedy tokens and logits against a float64 model written here from Hugging Face's
+//!   LlamaForCausalLM definition (rotate-half RoPE on the unpermuted weights), not from the VM;
+//! - the same bits alone and in a batch with prompts of other lengths (batch invariance);
+//! - the same bits on the scalar CPU, the SIMD CPU at 1 to 3 threads, and Vulkan (lavapipe);
+//! - `adeadvm generate` as a user runs it, its errors, and replay of a recorded generation.
+//! The real SmolLM2-135M is checked against an independent float64 reference in
+//! python/tests/test_smollm2.py.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use adeadvm::api;
+use adeadvm::exec::cpu::SimdLevel;
+use adeadvm::generate::{GenerationProgram, Request};
+use adeadvm::vm::{Backend, VmConfig};
+use common::Rng;
+
+/// The tiny model's sizes (the program's defines).
+const L: usize = 2;
+const D: usize = 32;
+const H: usize = 4;
+const KVH: usize = 2;
+const HD: usize = 8;
+const FF: usize = 48;
+const VOCAB: usize = 61;
+const CTX: usize = 40;
+const MAXNEW: usize = 12;
+const KEEP: usize = 3;
+const THETA: f64 = 10000.0;
+const EPS: f64 = 1e-5;
+
+/// Weights in Hugging Face's layout ([out, in], q and k unpermuted), as f32 values.
+struct Weights {
+    embed: Vec<f32>,
+    out_norm: Vec<f32>,
+    layers: Vec<Layer>,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Vec<f32>,
+    wk: Vec<f32>,
+    wv: Vec<f32>,
+    wo: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    wgate: Vec<f32>,
+    wup: Vec<f32>,
+    wdown: Vec<f32>,
+}
+
+fn random_weights(seed: u64) -> Weights {
+    let mut r = Rng(seed);
+    let mut m = |n: usize, scale: f32| r.vec(n, -scale, scale);
+    let embed = m(VOCAB * D, 1.0);
+    let out_norm: Vec<f32> = m(D, 0.2).iter().map(|v| 1.0 + v).collect();
+    let layers = (0..L)
+        .map(|_| Layer {
+            attn_norm: m(D, 0.2).iter().map(|v| 1.0 + v).collect(),
+            wq: m(D * D, 0.3),
+            wk: m(KVH * HD * D, 0.3),
+            wv: m(KVH * HD * D, 0.3),
+            wo: m(D * D, 0.3),
+            ffn_norm: m(D, 0.2).iter().map(|v| 1.0 + v).collect(),
+            wgate: m(FF * D, 0.3),
+            wup: m(FF * D, 0.3),
+            wdown: m(D * FF, 0.3),
+        })
+        .collect();
+    Weights { embed, out_norm, layers }
+}
+
+/// llama.cpp's permutation of q/k rows ([heads * HD, in]): within each head, rows (i, i + HD/2)
+/// of Hugging Face's layout become rows (2i, 2i + 1).
+fn permute_rows(w: &[f32], heads: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; w.len()];
+    for h in 0..heads {
+        for i in 0..HD / 2 {
+            for j in 0..2 {
+                let from = h * HD + j * (HD / 2) + i;
+                let to = h * HD + 2 * i + j;
+                out[to * cols..(to + 1) * cols].copy_from_slice(&w[from * cols..(from + 1) * cols]);
+            }
+        }
+    }
+    out
+}
+
+/// A GGUF v3 file of f32 tensors (type 0), dims listed fastest first, data 32-byte aligned.
+fn write_gguf(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) {
+    let mut b = Vec::new();
+    let s = |b: &mut Vec<u8>, t: &str| {
+        b.extend((t.len() as u64).to_le_bytes());
+        b.extend(t.as_bytes());
+    };
+    b.extend(b"GGUF");
+    b.extend(3u32.to_le_bytes());
+    b.extend((tensors.len() as u64).to_le_bytes());
+    b.extend(1u64.to_le_bytes());
+    s(&mut b, "general.architecture");
+    b.extend(8u32.to_le_bytes()); // string
+    s(&mut b, "llama");
+    let mut offset = 0u64;
+    for (name, shape, values) in tensors {
+        s(&mut b, name);
+        b.extend((shape.len() as u32).to_le_bytes());
+        for d in shape.iter().rev() {
+            b.extend((*d as u64).to_le_bytes());
+        }
+        b.extend(0u32.to_le_bytes());
+        b.extend(offset.to_le_bytes());
+        offset += (values.len() as u64 * 4).next_multiple_of(32);
+    }
+    b.resize(b.len().next_multiple_of(32), 0);
+    for (_, _, values) in tensors {
+        for v in values {
+            b.extend(v.to_le_bytes());
+        }
+        b.resize(b.len().next_multiple_of(32), 0);
+    }
+    std::fs::write(path, b).unwrap();
+}
+
+fn gguf_tensors(w: &Weights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut t = vec![
+        ("token_embd.weight".to_string(), vec![VOCAB, D], w.embed.clone()),
+        ("output_norm.weight".to_string(), vec![D], w.out_norm.clone()),
+    ];
+    for (l, x) in w.layers.iter().enumerate() {
+        let n = |s: &str| format!("blk.{l}.{s}.weight");
+        t.push((n("attn_norm"), vec![D], x.attn_norm.clone()));
+        t.push((n("attn_q"), vec![D, D], permute_rows(&x.wq, H, D)));
+        t.push((n("attn_k"), vec![KVH * HD, D], permute_rows(&x.wk, KVH, D)));
+        t.push((n("attn_v"), vec![KVH * HD, D], x.wv.clone()));
+        t.push((n("attn_output"), vec![D, D], x.wo.clone()));
+        t.push((n("ffn_norm"), vec![D], x.ffn_norm.clone()));
+        t.push((n("ffn_gate"), vec![FF, D], x.wgate.clone()));
+        t.push((n("ffn_up"), vec![FF, D], x.wup.clone()));
+        t.push((n("ffn_down"), vec![D, FF], x.wdown.clone()));
+    }
+    t
+}
+
+fn defines(weights: &Path) -> Vec<(String, String)> {
+    [
+        ("WEIGHTS", weights.display().to_string()),
+        ("L", L.to_string()),
+        ("D", D.to_string()),
+        ("H", H.to_string()),
+        ("KVH", KVH.to_string()),
+        ("GROUP", (H / KVH).to_string()),
+        ("HD", HD.to_string()),
+        ("HALF", (HD / 2).to_string()),
+        ("KVD", (KVH * HD).to_string()),
+        ("FF", FF.to_string()),
+        ("VOCAB", VOCAB.to_string()),
+        ("THETA", THETA.to_string()),
+        ("SCALE", (1.0 / (HD as f64).sqrt()).to_string()),
+        ("CTX", CTX.to_string()),
+        ("MAXNEW", MAXNEW.to_string()),
+        ("KEEP", KEEP.to_string()),
+        ("MAXB", "8".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+fn program_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/smollm2.s")
+}
+
+/// The tiny model's folder, GGUF and assembled program (built once per test binary).
+struct Tiny {
+    dir: tempfile::TempDir,
+    weights: Weights,
+    program: api::Program,
+}
+
+fn tiny() -> &'static Tiny {
+    static TINY: std::sync::OnceLock<Tiny> = std::sync::OnceLock::new();
+    TINY.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let weights = random_weights(2026);
+        let path = dir.path().join("tiny.gguf");
+        write_gguf(&path, &gguf_tensors(&weights));
+        let options = api::LoadOptions { defines: defines(&path), ..api::LoadOptions::default() };
+        let program = api::Program::load_with(program_path(), &options).unwrap_or_else(|e| panic!("{e}"));
+        Tiny { dir, weights, program }
+    })
+}
+
+// ---- the float64 model (Hugging Face's definition) ----
+
+fn rmsnorm(x: &[f64], w: &[f32]) -> Vec<f64> {
+    let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    let r = 1.0 / (ms + EPS).sqrt();
+    x.iter().zip(w).map(|(v, g)| v * r * *g as f64).collect()
+}
+
+/// y = W x for W [out, in] row-major.
+fn linear(w: &[f32], x: &[f64]) -> Vec<f64> {
+    w.chunks(x.len()).map(|row| row.iter().zip(x).map(|(a, b)| *a as f64 * b).sum()).collect()
+}
+
+/// Rotate-half RoPE on one head at position `pos`.
+fn rope(x: &mut [f64], pos: usize) {
+    let half = HD / 2;
+    for i in 0..half {
+        let inv = THETA.powf(-2.0 * i as f64 / HD as f64);
+        let (c, s) = ((pos as f64 * inv).cos(), (pos as f64 * inv).sin());
+        let (a, b) = (x[i], x[i + half]);
+        x[i] = a * c - b * s;
+        x[i + half] = b * c + a * s;
+    }
+}
+
+/// Greedy generation in float64: the tokens and each step's logits.
+fn reference(w: &Weights, prompt: &[i64], steps: usize) -> (Vec<u32>, Vec<Vec<f64>>) {
+    let mut kcache: Vec<Vec<Vec<f64>>> = vec![Vec::new(); L]; // [layer][pos] -> KVH*HD
+    let mut vcache: Vec<Vec<Vec<f64>>> = vec![Vec::new(); L];
+    let mut tokens = Vec::new();
+    let mut all_logits = Vec::new();
+    let mut next = prompt[0] as usize;
+    let total = prompt.len() - 1 + steps;
+    for pos in 0..total {
+        let tok = if pos < prompt.len() { prompt[pos] as usize } else { next };
+        let mut x: Vec<f64> = w.embed[tok * D..(tok + 1) * D].iter().map(|&v| v as f64).collect();
+        for (l, ly) in w.layers.iter().enumerate() {
+            let h = rmsnorm(&x, &ly.attn_norm);
+            let mut q = linear(&ly.wq, &h);
+            let mut k = linear(&ly.wk, &h);
+            let v = linear(&ly.wv, &h);
+            for hh in 0..H {
+                rope(&mut q[hh * HD..(hh + 1) * HD], pos);
+            }
+            for hh in 0..KVH {
+                rope(&mut k[hh * HD..(hh + 1) * HD], pos);
+            }
+            kcache[l].push(k);
+            vcache[l].push(v);
+            let mut att = vec![0.0; D];
+            for hh in 0..H {
+                let g = hh / (H / KVH);
+                let qh = &q[hh * HD..(hh + 1) * HD];
+                let scores: Vec<f64> = kcache[l]
+                    .iter()
+                    .map(|kk| {
+                        qh.iter().zip(&kk[g * HD..(g + 1) * HD]).map(|(a, b)| a * b).sum::<f64>()
+                            / (HD as f64).sqrt()
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for (p, vv) in e.iter().zip(&vcache[l]) {
+                    for d in 0..HD {
+                        att[hh * HD + d] += p / z * vv[g * HD + d];
+                    }
+                }
+            }
+            let o = linear(&ly.wo, &att);
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            let h2 = rmsnorm(&x, &ly.ffn_norm);
+            let gate = linear(&ly.wgate, &h2);
+            let up = linear(&ly.wup, &h2);
+            let act: Vec<f64> = gate.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+            let dn = linear(&ly.wdown, &act);
+            x.iter_mut().zip(&dn).for_each(|(a, b)| *a += b);
+        }
+        if pos + 1 >= prompt.len() {
+            let xn = rmsnorm(&x, &w.out_norm);
+            let logits = linear(&w.embed, &xn);
+            let best = (0..VOCAB).fold(0, |b, i| if logits[i] > logits[b] { i } else { b });
+            next = best;
+            tokens.push(best as u32);
+            all_logits.push(logits);
+        }
+    }
+    (tokens, all_logits)
+}
+
+fn generate(config: VmConfig, prompts: &[Vec<i64>], max_new: usize) -> adeadvm::generate::Generation {
+    let t = tiny();
+    let generator = GenerationProgram::new(t.program.clone()).unwrap();
+    let mut session = api::Session::from_vm_config(&t.program, config).unwrap();
+    let req = Request { prompts: prompts.to_vec(), max_new, stop: None };
+    generator.generate(&mut session, &req, &mut ()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn cpu(simd: SimdLevel, threads: usize) -> VmConfig {
+    VmConfig { simd: Some(simd), threads: Some(threads), backend: Backend::Cpu, ..VmConfig::default() }
+}
+
+fn prompts() -> Vec<Vec<i64>> {
+    vec![vec![3, 17, 42, 5, 9, 60, 1], vec![12], vec![7, 7, 7, 30]]
+}
+
+#[test]
+fn greedy_tokens_and_logits_match_a_float64_model() {
+    let w = &tiny().weights;
+    for prompt in prompts() {
+        let got = generate(cpu(SimdLevel::detect(), 2), std::slice::from_ref(&prompt), MAXNEW);
+        let (want, want_logits) = reference(w, &prompt, MAXNEW);
+        let s = &got.sequences[0];
+        assert_eq!(s.ids, want, "prompt {prompt:?}: greedy tokens");
+        assert_eq!(s.logits.len(), KEEP);
+        for (step, (l, r)) in s.logits.iter().zip(&want_logits).enumerate() {
+            let scale = r.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let err = l.iter().zip(r).fold(0.0f64, |m, (a, b)| m.max((*a as f64 - b).abs()));
+            assert!(
+                err <= 1e-4 * scale,
+                "prompt {prompt:?} step {step}: logits off by {err:e} (scale {scale:e})"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_prompt_gives_the_same_bits_alone_and_in_any_batch() {
+    let ps = prompts();
+    let batch = generate(cpu(SimdLevel::detect(), 3), &ps, MAXNEW);
+    let reversed: Vec<Vec<i64>> = ps.iter().rev().cloned().collect();
+    let rev = generate(cpu(SimdLevel::detect(), 1), &reversed, MAXNEW);
+    for (k, p) in ps.iter().enumerate() {
+        let alone = generate(cpu(SimdLevel::detect(), 2), std::slice::from_ref(p), MAXNEW);
+        let bits = |s: &adeadvm::generate::Sequence| -> Vec<Vec<u32>> {
+            s.logits.iter().map(|l| l.iter().map(|v| v.to_bits()).collect()).collect()
+        };
+        assert_eq!(alone.sequences[0].ids, batch.sequences[k].ids, "prompt {k}: tokens alone vs batch");
+        assert_eq!(bits(&alone.sequences[0]), bits(&batch.sequences[k]), "prompt {k}: logits alone vs batch");
+        let r = &rev.sequences[ps.len() - 1 - k];
+        assert_eq!(bits(&alone.sequences[0]), bits(r), "prompt {k}: logits alone vs reversed batch");
+    }
+    // Prompts of 7 and 4 tokens: a prefill block of 3 positions, then steps; alone, the first
+    // runs a block of 6. The same bits either way.
+    let pair = vec![ps[0].clone(), ps[2].clone()];
+    let both = generate(cpu(SimdLevel::detect(), 2), &pair, MAXNEW);
+    for (k, p) in pair.iter().enumerate() {
+        let alone = generate(cpu(SimdLevel::detect(), 2), std::slice::from_ref(p), MAXNEW);
+        assert!(alone.sequences[0] == both.sequences[k], "prompt {k} of the pair: alone vs batch");
+    }
+}
+
+#[test]
+fn every_cpu_configuration_and_vulkan_give_the_same_bits() {
+    let ps = prompts();
+    let want = generate(cpu(SimdLevel::Scalar, 1), &ps, MAXNEW);
+    let bits = |g: &adeadvm::generate::Generation| -> Vec<(Vec<u32>, Vec<u32>)> {
+        g.sequences
+            .iter()
+            .map(|s| (s.ids.clone(), s.logits.concat().iter().map(|v| v.to_bits()).collect()))
+            .collect()
+    };
+    for level in [SimdLevel::Avx2, SimdLevel::Avx512].into_iter().filter(|l| *l <= SimdLevel::detect()) {
+        for threads in [1, 3] {
+            let got = generate(cpu(level, threads), &ps, MAXNEW);
+            assert!(bits(&got) == bits(&want), "{level:?} x{threads} differs from the scalar CPU");
+        }
+    }
+    match adeadvm::vm::shared_device() {
+        Ok(_) => {
+            let config = VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() };
+            let got = generate(config, &ps, MAXNEW);
+            assert!(bits(&got) == bits(&want), "Vulkan differs from the scalar CPU");
+        }
+        Err(e) => {
+            assert!(!common::vk::required(), "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
+            eprintln!("skipped the Vulkan run: {e}");
+        }
+    }
+}
+
+#[test]
+fn requests_outside_the_program_are_clear_errors() {
+    let t = tiny();
+    let generator = GenerationProgram::new(t.program.clone()).unwrap();
+    let err = |prompts: Vec<Vec<i64>>, max_new: usize| {
+        generator.inputs(&Request { prompts, max_new, stop: None }).map(|_| ()).unwrap_err().to_string()
+    };
+    assert_eq!(err(vec![], 4), "no prompt was given");
+    assert_eq!(err(vec![vec![1], vec![]], 4), "prompt 1 is empty: a prompt needs at least one token");
+    assert_eq!(
+        err(vec![vec![1, 61]], 4),
+        "token 61 at position 1 of prompt 0 is outside the vocabulary of 61 tokens"
+    );
+    assert_eq!(
+        err(vec![vec![1]], 13),
+        "13 new tokens asked for, outside 1..=12 (this program keeps at most 12 tokens a sequence; assemble it with -D MAXNEW=... for more)"
+    );
+    assert_eq!(
+        err(vec![vec![1; 35]], 10),
+        "the longest prompt (35 tokens) and 10 new tokens need 44 positions, more than this program's context of 40 (assemble it with -D CTX=... for more)"
+    );
+    let not = api::Program::from_asm(
+        ".input %x f32[2]\n.output y f32[2]\nALLOC %y: f32[2]\nCOPY %y, %x\nSTORE y, %y\nFREE %y\n",
+        "x.s",
+    )
+    .unwrap();
+    let e = GenerationProgram::new(not).map(|_| ()).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "this program is not a generation program: it has no input `feed` (see programs/smollm2.s for the interface)"
+    );
+}
+
+fn adeadvm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_adeadvm"))
+}
+
+#[test]
+fn the_generate_command_prints_ids_records_and_replays() {
+    let t = tiny();
+    let dir = t.dir.path();
+    let bib = dir.join("tiny.bib");
+    let mut asm = adeadvm();
+    asm.arg("asm").arg(program_path()).arg("-o").arg(&bib);
+    for (k, v) in defines(&dir.join("tiny.gguf")) {
+        asm.arg("-D").arg(format!("{k}={v}"));
+    }
+    let out = asm.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let trace = dir.join("gen.trace");
+    let logits = dir.join("l.npy");
+    let out = adeadvm()
+        .args([
+            "generate",
+            bib.to_str().unwrap(),
+            "--prompt-ids",
+            "3,17,42,5",
+            "--max-tokens",
+            "6",
+            "--ignore-eos",
+            "--json",
+        ])
+        .args([
+            "--backend",
+            "cpu",
+            "--record",
+            trace.to_str().unwrap(),
+            "--logits-out",
+            logits.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json = String::from_utf8(out.stdout).unwrap();
+    let (want, _) = reference(&t.weights, &[3, 17, 42, 5], 6);
+    let ids: Vec<String> = want.iter().map(u32::to_string).collect();
+    assert!(
+        json.starts_with(&format!("{{\"ids\": [{}], \"text\": null, \"stopped\": false, ", ids.join(", "))),
+        "{json}"
+    );
+    assert!(json.contains("\"gen_tokens_per_s\": "), "{json}");
+    let l = adeadvm::npy::read(&logits, None).unwrap();
+    assert_eq!(l.shape, [KEEP, VOCAB]);
+
+    let out = adeadvm()
+        .args(["replay", bib.to_str().unwrap(), trace.to_str().unwrap(), "--backend", "cpu"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.starts_with("identical: all "),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A text prompt needs a vocabulary, which this program does not carry.
+    let out = adeadvm().args(["generate", bib.to_str().unwrap(), "--prompt", "hello"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: this program carries no vocabulary (assemble it with `.vocab gguf(...)`), so give --prompt-ids instead of --prompt\n"
+    );
+    let out = adeadvm().args(["generate", bib.to_str().unwrap(), "--prompt-ids", "1,x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`x` is not a token id (expected e.g. 1,2,3)"));
+}
