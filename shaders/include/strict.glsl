@@ -553,4 +553,27 @@ uint strict_f32_to_bf16_bits(float x) {
 
 float strict_bf16_bits_to_f32(uint h) { return strict_canon(S_F(h << 16)); }
 
+// i32 -> f16 / bf16 with one rounding to nearest even, straight from the integer (numerics::
+// i32_to_f16_bits / i32_to_bf16_bits, same steps): |v| as a uint, p its top bit, the top 11
+// (f16) or 8 (bf16) significant bits rounded, the leading one and a rounding carry added into
+// the exponent field. f16: |v| >= 65536 -> inf; 65520..65535 round up onto inf (0x7c00).
+uint strict_i32_to_f16_bits(int v) {
+    if (v == 0) return 0u;
+    uint sign = v < 0 ? 0x8000u : 0u;
+    uint mag = v < 0 ? 0u - uint(v) : uint(v); // |i32::MIN| = 2^31 fits in a uint
+    uint p = uint(findMSB(mag));
+    if (p >= 16u) return sign | 0x7c00u;
+    uint q = p <= 10u ? mag << (10u - p) : strict_i_shr_rne(mag, p - 10u);
+    return sign | (((p + 14u) << 10) + q);
+}
+
+uint strict_i32_to_bf16_bits(int v) {
+    if (v == 0) return 0u;
+    uint sign = v < 0 ? 0x8000u : 0u;
+    uint mag = v < 0 ? 0u - uint(v) : uint(v);
+    uint p = uint(findMSB(mag));
+    uint q = p <= 7u ? mag << (7u - p) : strict_i_shr_rne(mag, p - 7u);
+    return sign | (((p + 126u) << 7) + q);
+}
+
 #endif // ADEADVM_STRICT_GLSL
