@@ -286,6 +286,10 @@ float strict_rsqrt(float x) {
     strict_i_two_prod(m, yh, ph, pl);
     float e = strict_i_psub(strict_i_psub(strict_i_psub(1.0, ph), pl), strict_i_pmul(m, yl));
     float z = strict_i_padd(y, strict_i_pmul(y, strict_i_pmul(0.5, e)));
+    // numerics::RSQRT_UP: the two significands where z lies on the wrong side of a rounding
+    // midpoint get the next float up, so the result is correctly rounded.
+    uint mb = floatBitsToUint(m);
+    if (mb == 0x4009f038u || mb == 0x407ffffeu) z = S_F(floatBitsToUint(z) + 1u);
     return strict_i_scale_bits(z, -h, 0u);
 }
 
