@@ -415,7 +415,8 @@ fn run_input_errors() {
         "error: --output q: the program has no output `q` (its outputs are: y)\n"
     );
     std::fs::write(dir.path().join("junk.npy"), b"not numpy").unwrap();
-    assert!(err(&["--input", "x=junk.npy"]).starts_with("error: --input x=junk.npy: junk.npy is not a valid .npy file: "));
+    assert!(err(&["--input", "x=junk.npy"])
+        .starts_with("error: --input x=junk.npy: junk.npy is not a valid .npy file: "));
     assert_eq!(err(&["--input", &x, "--max-steps", "3"]), "error: the step budget of 3 instructions was used up; the program may loop forever (raise --max-steps if not)\n");
 }
 
@@ -456,10 +457,24 @@ fn run_input_big_endian_and_int64() {
     write("x_be.npy", npy_file(">f4", "(3,)", &be_f32));
     write("k_be8.npy", npy_file(">i8", "(3,)", &be_i64));
     write("k_le8.npy", npy_file("<i8", "(3,)", &le_i64));
-    write("k_be4.npy", npy_file(">i4", "(3,)", &ks.iter().flat_map(|&v| (v as i32).to_be_bytes()).collect::<Vec<_>>()));
+    write(
+        "k_be4.npy",
+        npy_file(">i4", "(3,)", &ks.iter().flat_map(|&v| (v as i32).to_be_bytes()).collect::<Vec<_>>()),
+    );
     for k in ["k_be8.npy", "k_le8.npy", "k_be4.npy"] {
         let out = adeadvm(
-            &["run", "p.s", "--input", "x=x_be.npy", "--input", &format!("k={k}"), "--output", "y=y.npy", "--output", "j=j.npy"],
+            &[
+                "run",
+                "p.s",
+                "--input",
+                "x=x_be.npy",
+                "--input",
+                &format!("k={k}"),
+                "--output",
+                "y=y.npy",
+                "--output",
+                "j=j.npy",
+            ],
             dir.path(),
         );
         succeeded(out);
@@ -467,14 +482,20 @@ fn run_input_big_endian_and_int64() {
         let want: Vec<u8> = xs.iter().flat_map(|v| (v + v).to_le_bytes()).collect();
         assert_eq!(y.bytes(), &want[..], "{k}");
         let j = adeadvm::npy::read(&dir.path().join("j.npy"), None).unwrap();
-        let want: Vec<u8> = le_i32.chunks(4).flat_map(|c| {
-            let v = i32::from_le_bytes(c.try_into().unwrap());
-            v.wrapping_add(v).to_le_bytes()
-        }).collect();
+        let want: Vec<u8> = le_i32
+            .chunks(4)
+            .flat_map(|c| {
+                let v = i32::from_le_bytes(c.try_into().unwrap());
+                v.wrapping_add(v).to_le_bytes()
+            })
+            .collect();
         assert_eq!(j.bytes(), &want[..], "{k}");
     }
     let big = [1i64, 1 << 31, -5];
-    write("k_big.npy", npy_file("<i8", "(3,)", &big.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>()));
+    write(
+        "k_big.npy",
+        npy_file("<i8", "(3,)", &big.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>()),
+    );
     let out = adeadvm(&["run", "p.s", "--input", "x=x_be.npy", "--input", "k=k_big.npy"], dir.path());
     failed_with(
         out,

@@ -209,8 +209,12 @@ impl Gen {
         let name = format!("t{id}");
         let st = shape_text(&shape);
         writeln!(self.text, ".output o{id} {dtype}{st}").unwrap();
-        writeln!(self.body, "ALLOC %{name}: {dtype}{st}\n{}\nSTORE o{id}, %{name}", insn.replace("%@", &format!("%{name}")))
-            .unwrap();
+        writeln!(
+            self.body,
+            "ALLOC %{name}: {dtype}{st}\n{}\nSTORE o{id}, %{name}",
+            insn.replace("%@", &format!("%{name}"))
+        )
+        .unwrap();
         self.temps.push(name.clone());
         self.tensors.push(T { name, dtype, shape });
         self.ops.push((op, id));
@@ -233,10 +237,18 @@ const BINARY: [&str; 6] = ["ADD", "SUB", "MUL", "DIV", "MAX", "MIN"];
 /// A random program over rows [r, n]: a pool of f32 [r, n] tensors that instructions read and
 /// extend; a row vector [n] for broadcasting, gamma and beta.
 fn generate(g: &mut Rng, r: usize, n: usize, steps: usize) -> Gen {
-    let mut gen =
-        Gen { text: String::new(), body: String::new(), tensors: vec![], ops: vec![], inputs: vec![], temps: vec![], gathers: 0 };
+    let mut gen = Gen {
+        text: String::new(),
+        body: String::new(),
+        tensors: vec![],
+        ops: vec![],
+        inputs: vec![],
+        temps: vec![],
+        gathers: 0,
+    };
     let rn = vec![r, n];
-    let mut pool = vec![gen.input(g, DType::F32, rn.clone(), true, 0), gen.input(g, DType::F32, rn.clone(), true, 0)];
+    let mut pool =
+        vec![gen.input(g, DType::F32, rn.clone(), true, 0), gen.input(g, DType::F32, rn.clone(), true, 0)];
     let row = gen.input(g, DType::F32, vec![n], false, 0);
     let row2 = gen.input(g, DType::F32, vec![n], false, 0);
     let col = gen.input(g, DType::F32, vec![r, 1], false, 0);
@@ -264,14 +276,24 @@ fn generate(g: &mut Rng, r: usize, n: usize, steps: usize) -> Gen {
                 let op = g.pick(&BINARY);
                 let special = g.below(4) == 0;
                 let s = g.value(special);
-                gen.result(Op::Scalar(op, a, s), DType::F32, rn.clone(), &format!("{op} %@, %{an}, 0x{:08x}", s.to_bits()))
+                gen.result(
+                    Op::Scalar(op, a, s),
+                    DType::F32,
+                    rn.clone(),
+                    &format!("{op} %@, %{an}, 0x{:08x}", s.to_bits()),
+                )
             }
             7 => {
                 // A chain of CASTs through 16-bit types and i32 (i32 -> f16 / bf16 included),
                 // and back to f32. Integers big enough to round in bf16 come from scaling.
                 let a = if g.below(2) == 0 {
                     let s = g.pick(&[3.0e4f32, 7.0e8, 2.0e9]);
-                    gen.result(Op::Scalar("MUL", a, s), DType::F32, rn.clone(), &format!("MUL %@, %{an}, {s:e}"))
+                    gen.result(
+                        Op::Scalar("MUL", a, s),
+                        DType::F32,
+                        rn.clone(),
+                        &format!("MUL %@, %{an}, {s:e}"),
+                    )
                 } else {
                     a
                 };
@@ -297,25 +319,49 @@ fn generate(g: &mut Rng, r: usize, n: usize, steps: usize) -> Gen {
                 let w = gen.input(g, DType::F32, vec![n, n], false, 0);
                 let wn = gen.n(w).to_string();
                 let flag = if tb { ", tb" } else { "" };
-                gen.result(Op::Matmul(a, w, tb), DType::F32, rn.clone(), &format!("MATMUL %@, %{an}, %{wn}{flag}"))
+                gen.result(
+                    Op::Matmul(a, w, tb),
+                    DType::F32,
+                    rn.clone(),
+                    &format!("MATMUL %@, %{an}, %{wn}{flag}"),
+                )
             }
             10 => {
                 let mask = if g.below(2) == 0 { Some(b) } else { None };
                 let scale = g.pick(&[1.0f32, 0.125, 3.0]);
                 let m = mask.map_or(String::new(), |m| format!(", mask=%{}", gen.n(m)));
-                gen.result(Op::Softmax(a, mask, scale), DType::F32, rn.clone(), &format!("SOFTMAX %@, %{an}{m}, scale={scale}"))
+                gen.result(
+                    Op::Softmax(a, mask, scale),
+                    DType::F32,
+                    rn.clone(),
+                    &format!("SOFTMAX %@, %{an}{m}, scale={scale}"),
+                )
             }
             11 => {
                 let affine = g.below(2) == 0;
                 let eps = g.pick(&[1e-5f32, 1e-3, 0.0]);
-                let gb = if affine { format!(", gamma=%{}, beta=%{}", gen.n(row), gen.n(row2)) } else { String::new() };
-                gen.result(Op::LayerNorm(a, affine, eps), DType::F32, rn.clone(), &format!("LAYERNORM %@, %{an}{gb}, eps={eps:e}"))
+                let gb = if affine {
+                    format!(", gamma=%{}, beta=%{}", gen.n(row), gen.n(row2))
+                } else {
+                    String::new()
+                };
+                gen.result(
+                    Op::LayerNorm(a, affine, eps),
+                    DType::F32,
+                    rn.clone(),
+                    &format!("LAYERNORM %@, %{an}{gb}, eps={eps:e}"),
+                )
             }
             12 => {
                 let affine = g.below(2) == 0;
                 let eps = g.pick(&[1e-5f32, 1e-6]);
                 let gm = if affine { format!(", gamma=%{}", gen.n(row)) } else { String::new() };
-                gen.result(Op::RmsNorm(a, affine, eps), DType::F32, rn.clone(), &format!("RMSNORM %@, %{an}{gm}, eps={eps:e}"))
+                gen.result(
+                    Op::RmsNorm(a, affine, eps),
+                    DType::F32,
+                    rn.clone(),
+                    &format!("RMSNORM %@, %{an}{gm}, eps={eps:e}"),
+                )
             }
             _ => {
                 let op = g.pick(&["REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX"]);
@@ -344,7 +390,11 @@ fn tree_depth(n: usize) -> f64 {
 
 /// Checks each instruction's output against the f64 model and its documented bound; returns a
 /// message naming the first violation.
-fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<usize, Vec<i32>>) -> Result<(), String> {
+fn check_accuracy(
+    gen: &Gen,
+    vals: &BTreeMap<usize, Vec<f32>>,
+    ints: &BTreeMap<usize, Vec<i32>>,
+) -> Result<(), String> {
     let shape = |i: usize| gen.tensors[i].shape.clone();
     for (op, id) in &gen.ops {
         let out = &gen.tensors[*id];
@@ -387,7 +437,12 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
                     };
                     let abs = if v.is_infinite() { 0.0 } else { abs };
                     if !within(y[i], want, abs) {
-                        return fail(i, format!("{:e}", y[i]), format!("{want:e} of {:e}", x[i]), format!("{ulps} ulp"));
+                        return fail(
+                            i,
+                            format!("{:e}", y[i]),
+                            format!("{want:e} of {:e}", x[i]),
+                            format!("{ulps} ulp"),
+                        );
                     }
                 }
             }
@@ -403,7 +458,12 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
                         _ => i,
                     };
                     if let Err((w, bound)) = binary_ok(name, x[i], z[j], y[i]) {
-                        return fail(i, format!("{:e}", y[i]), format!("{w:e} of {:e}, {:e}", x[i], z[j]), bound);
+                        return fail(
+                            i,
+                            format!("{:e}", y[i]),
+                            format!("{w:e} of {:e}, {:e}", x[i], z[j]),
+                            bound,
+                        );
                     }
                 }
             }
@@ -438,7 +498,12 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
                     };
                     let got = if dd == DType::F32 { vals[id][i].to_bits() } else { ints[id][i] as u32 };
                     if got != want {
-                        return fail(i, format!("{got:#x}"), format!("{want:#x} of {sd} {x:e}"), "exact".into());
+                        return fail(
+                            i,
+                            format!("{got:#x}"),
+                            format!("{want:#x} of {sd} {x:e}"),
+                            "exact".into(),
+                        );
                     }
                 }
             }
@@ -448,7 +513,12 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
                 for i in 0..y.len() {
                     let want = t[ix[i / cols] as usize * cols + i % cols];
                     if want.to_bits() != y[i].to_bits() {
-                        return fail(i, format!("{:#x}", y[i].to_bits()), format!("{:#x}", want.to_bits()), "exact".into());
+                        return fail(
+                            i,
+                            format!("{:#x}", y[i].to_bits()),
+                            format!("{:#x}", want.to_bits()),
+                            "exact".into(),
+                        );
                     }
                 }
             }
@@ -507,7 +577,8 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
                         }
                     };
                     let want = if n == 0 && name == "REDUCE_SUM" { 0.0 } else { want };
-                    if !within(y[rr], want, bound) || (n == 0 && name == "REDUCE_SUM" && y[rr].to_bits() != 0) {
+                    if !within(y[rr], want, bound) || (n == 0 && name == "REDUCE_SUM" && y[rr].to_bits() != 0)
+                    {
                         return fail(rr, format!("{:e}", y[rr]), format!("{want:e}"), format!("{bound:e}"));
                     }
                 }
@@ -526,11 +597,18 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
                             }
                         })
                         .collect();
-                    let m = l.iter().fold(f64::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f64::NAN } else { m.max(v) });
+                    let m = l.iter().fold(f64::NEG_INFINITY, |m, &v| {
+                        if v.is_nan() || m.is_nan() {
+                            f64::NAN
+                        } else {
+                            m.max(v)
+                        }
+                    });
                     let e: Vec<f64> = l.iter().map(|&v| (v - m).exp()).collect();
                     let s: f64 = e.iter().sum();
                     let p: Vec<f64> = e.iter().map(|v| v / s).collect();
-                    let spread: f64 = p.iter().zip(&l).filter(|(p, _)| **p > 0.0).map(|(p, l)| p * (l - m).abs()).sum();
+                    let spread: f64 =
+                        p.iter().zip(&l).filter(|(p, _)| **p > 0.0).map(|(p, l)| p * (l - m).abs()).sum();
                     for c in 0..n {
                         let bad = m.is_nan() || m.is_infinite();
                         let want = if bad { f64::NAN } else { p[c] };
@@ -542,7 +620,12 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
                             p[c] * U * ((l[c] - m).abs() + spread + tree_depth(n) + 18.0) + 2.0 * FLT_MIN
                         };
                         if !within(y[rr * n + c], want, bound) {
-                            return fail(rr * n + c, format!("{:e}", y[rr * n + c]), format!("{want:e}"), format!("{bound:e}"));
+                            return fail(
+                                rr * n + c,
+                                format!("{:e}", y[rr * n + c]),
+                                format!("{want:e}"),
+                                format!("{bound:e}"),
+                            );
                         }
                     }
                 }
@@ -551,7 +634,8 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
                 let layer = matches!(op, Op::LayerNorm(..));
                 let (x, y) = (&vals[&a], &vals[id]);
                 let n = shape(a)[1];
-                let gamma: Vec<f64> = (0..n).map(|c| if affine { ftz(vals[&GAMMA][c]) } else { 1.0 }).collect();
+                let gamma: Vec<f64> =
+                    (0..n).map(|c| if affine { ftz(vals[&GAMMA][c]) } else { 1.0 }).collect();
                 let beta: Vec<f64> =
                     (0..n).map(|c| if affine && layer { ftz(vals[&BETA][c]) } else { 0.0 }).collect();
                 for rr in 0..out.shape[0] {
@@ -586,7 +670,6 @@ fn check_accuracy(gen: &Gen, vals: &BTreeMap<usize, Vec<f32>>, ints: &BTreeMap<u
     }
     Ok(())
 }
-
 
 /// `x` rounded to `sig` significant bits, ties to even, exactly, when `x` is an integer of at most
 /// 53 bits (i32 sources); other values are returned as they are (a float source is an f32
@@ -690,14 +773,21 @@ fn cast_model_rounds_once() {
 }
 
 fn executors() -> Vec<(&'static str, VmConfig)> {
-    let cpu = |simd, threads| VmConfig { simd: Some(simd), threads: Some(threads), backend: Backend::Cpu, ..VmConfig::default() };
+    let cpu = |simd, threads| VmConfig {
+        simd: Some(simd),
+        threads: Some(threads),
+        backend: Backend::Cpu,
+        ..VmConfig::default()
+    };
     let mut v = vec![
         ("scalar CPU", cpu(SimdLevel::Scalar, 1)),
         ("SIMD CPU, 1 thread", cpu(SimdLevel::detect(), 1)),
         ("SIMD CPU, 3 threads", cpu(SimdLevel::detect(), 3)),
     ];
     match adeadvm::vm::shared_device() {
-        Ok(_) => v.push(("Vulkan", VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() })),
+        Ok(_) => {
+            v.push(("Vulkan", VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() }))
+        }
         Err(e) => {
             assert!(!required(), "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
             println!("skipped the Vulkan executor: {e}");
@@ -749,10 +839,16 @@ fn run_case(seed: u64, r: usize, n: usize, steps: usize, execs: &[(&'static str,
                 vals.insert(i, f32s(&host));
             }
             DType::I32 => {
-                ints.insert(i, host.bytes().chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect());
+                ints.insert(
+                    i,
+                    host.bytes().chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect(),
+                );
             }
             _ => {
-                ints.insert(i, host.bytes().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as i32).collect());
+                ints.insert(
+                    i,
+                    host.bytes().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as i32).collect(),
+                );
             }
         }
     }

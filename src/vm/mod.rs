@@ -984,7 +984,8 @@ impl Vm {
                     // f32 they would round twice).
                     match dd {
                         DType::F16 | DType::Bf16 => {
-                            let conv = if dd == DType::F16 { nx::i32_to_f16_bits } else { nx::i32_to_bf16_bits };
+                            let conv =
+                                if dd == DType::F16 { nx::i32_to_f16_bits } else { nx::i32_to_bf16_bits };
                             for (o, &v) in out.chunks_exact_mut(2).zip(ints.iter()) {
                                 o.copy_from_slice(&conv(v).to_le_bytes());
                             }
