@@ -526,7 +526,7 @@ fn check_accuracy(
                 let (x, wv, y) = (&vals[&a], &vals[&w], &vals[id]);
                 let k = shape(a)[1];
                 let nn = out.shape[1];
-                for i in 0..y.len() {
+                for (i, &got) in y.iter().enumerate() {
                     let (rr, c) = (i / nn, i % nn);
                     let (mut s, mut sa) = (0.0f64, 0.0f64);
                     for kk in 0..k {
@@ -540,8 +540,8 @@ fn check_accuracy(
                         continue; // an intermediate may overflow (documented): no bound
                     }
                     let bound = k as f64 * U * sa + (k as f64 + 1.0) * FLT_MIN;
-                    if !within(y[i], s, bound) {
-                        return fail(i, format!("{:e}", y[i]), format!("{s:e}"), format!("{bound:e}"));
+                    if !within(got, s, bound) {
+                        return fail(i, format!("{got:e}"), format!("{s:e}"), format!("{bound:e}"));
                     }
                 }
             }
