@@ -13,6 +13,9 @@ use serde::Deserialize;
 struct Isa {
     instruction_bytes: usize,
     operand_start: usize,
+    /// The numerics every executor follows (ISA.md's "Numerics" section), one rule an entry.
+    #[serde(default)]
+    numerics: Vec<String>,
     kinds: BTreeMap<String, Kind>,
     enums: BTreeMap<String, EnumDef>,
     op: Vec<Op>,
@@ -470,6 +473,14 @@ fn isa_markdown(isa: &Isa, ops: &[(&Op, String, Vec<OperandSpec>)]) -> String {
         "Tier `strict` gives the same bits on every executor; `fast` only from run to run on one device.\n"
     )
     .unwrap();
+    if !isa.numerics.is_empty() {
+        writeln!(w, "## Numerics\n").unwrap();
+        writeln!(w, "The exact step lists and the measured accuracy are in docs/numerics.md.\n").unwrap();
+        for rule in &isa.numerics {
+            writeln!(w, "- {rule}").unwrap();
+        }
+        writeln!(w).unwrap();
+    }
     writeln!(w, "## Operand kinds\n").unwrap();
     writeln!(w, "| kind | bytes | meaning |\n| --- | --- | --- |").unwrap();
     for (k, v) in &isa.kinds {

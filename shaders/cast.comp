@@ -3,8 +3,8 @@
 // float_op's widening and rounding); also what widens 16-bit float operands to f32 and rounds
 // results back around the f32 kernels. Dtype codes: 0 f32, 1 f16, 2 bf16, 3 i32 (isa::DType).
 //  * i32 -> i32: copy.
-//  * i32 -> float: the nearest f32, ties to even (Rust `v as f32`, integer ops only), then
-//    rounded to f16 / bf16 (two roundings, as the VM does).
+//  * i32 -> float: the nearest value of the destination format, ties to even, one rounding
+//    from the integer (Rust `v as f32`; strict_i32_to_f16_bits / _bf16_bits), integer ops only.
 //  * float -> i32: widen to f32, then truncate toward zero, saturate, NaN -> 0 (Rust `as`).
 //  * float -> float: widen to f32, canonicalize (denormals flush, NaN canonical), round to
 //    nearest even into the destination format (strict_f32_to_f16_bits / _bf16_bits).

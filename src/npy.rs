@@ -1,9 +1,10 @@
 //! Reading and writing numpy's .npy files as VM tensors.
 //!
-//! Accepted on input: little-endian, C-ordered arrays of `<f4` (f32), `<f2` (f16), `<i4` (i32),
-//! `<i8` (converted to i32 when every value fits: numpy's default integer type), and `<u2` as
-//! the raw bits of a bf16 tensor (numpy has no bf16 type). Outputs are written with the same
-//! mapping (bf16 as `<u2`). Writes go through a temporary file and a rename, so a failed write
+//! Accepted on input: C-ordered arrays of `f4` (f32), `f2` (f16), `i4` (i32), `i8` (converted
+//! to i32 when every value fits: numpy's default integer type; else an error naming the first
+//! value that does not), and `u2` as the raw bits of a bf16 tensor (numpy has no bf16 type),
+//! little-endian (`<f4`) or big-endian (`>f4`, converted), as `npy(...)` constants are. Outputs
+//! are written little-endian with the same mapping (bf16 as `<u2`). Writes go through a temporary file and a rename, so a failed write
 //! never leaves a half-written file.
 //!
 //! The header is read by [`parse_header`], our own strict parser of the format's header
@@ -56,12 +57,18 @@ pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor
     if h.fortran_order && h.shape.len() > 1 {
         return Err(NpyError::Fortran { path: name.to_string() });
     }
-    let (dtype, elem) = match (descr.as_str(), want) {
-        ("<f4", _) => (DType::F32, 4),
-        ("<f2", _) => (DType::F16, 2),
-        ("<i4", _) => (DType::I32, 4),
-        ("<i8", _) => (DType::I32, 8),
-        ("<u2", Some(DType::Bf16)) => (DType::Bf16, 2),
+    // Byte order: `<` little-endian, `>` big-endian (each item's bytes reversed below).
+    let (big, code) = match descr.split_at_checked(1) {
+        Some(("<", code)) => (false, code),
+        Some((">", code)) => (true, code),
+        _ => return Err(NpyError::Unsupported { path: name.to_string(), descr }),
+    };
+    let (dtype, elem) = match (code, want) {
+        ("f4", _) => (DType::F32, 4),
+        ("f2", _) => (DType::F16, 2),
+        ("i4", _) => (DType::I32, 4),
+        ("i8", _) => (DType::I32, 8),
+        ("u2", Some(DType::Bf16)) => (DType::Bf16, 2),
         _ => return Err(NpyError::Unsupported { path: name.to_string(), descr }),
     };
     let data = &bytes[h.data_start..];
@@ -84,6 +91,18 @@ pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor
     let shape: Vec<usize> = h.shape.iter().map(|&d| d as usize).collect();
     let count =
         element_count(&shape).ok_or_else(|| malformed(format!("shape {:?} is too large", h.shape)))?;
+    let swapped;
+    let data = if big {
+        let mut v = Vec::new();
+        v.try_reserve_exact(data.len()).map_err(|_| malformed("cannot allocate the array".into()))?;
+        for c in data.chunks_exact(elem as usize) {
+            v.extend(c.iter().rev());
+        }
+        swapped = v;
+        &swapped[..]
+    } else {
+        data
+    };
     if elem == 8 {
         let mut narrowed = Vec::new();
         narrowed.try_reserve_exact(count * 4).map_err(|_| malformed("cannot allocate the array".into()))?;

@@ -395,7 +395,7 @@ fn run_input_errors() {
     assert_eq!(err(&[]), "error: missing input x: the program declares it as f32[B, 784]\n");
     assert_eq!(
         err(&["--input", "z=a.npy"]),
-        "error: cannot read a.npy: No such file or directory (os error 2)\n"
+        "error: --input z=a.npy: cannot read a.npy: No such file or directory (os error 2)\n"
     );
     std::fs::write(
         dir.path().join("a.npy"),
@@ -415,8 +415,93 @@ fn run_input_errors() {
         "error: --output q: the program has no output `q` (its outputs are: y)\n"
     );
     std::fs::write(dir.path().join("junk.npy"), b"not numpy").unwrap();
-    assert!(err(&["--input", "x=junk.npy"]).starts_with("error: junk.npy is not a valid .npy file: "));
+    assert!(err(&["--input", "x=junk.npy"])
+        .starts_with("error: --input x=junk.npy: junk.npy is not a valid .npy file: "));
     assert_eq!(err(&["--input", &x, "--max-steps", "3"]), "error: the step budget of 3 instructions was used up; the program may loop forever (raise --max-steps if not)\n");
+}
+
+/// A .npy header and data as numpy writes them (format 1.0, header padded to 64 bytes).
+fn npy_file(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header.as_bytes());
+    out.extend(data);
+    out
+}
+
+/// `run --input` takes big-endian .npy (as `npy(...)` constants do), converting it, and int64
+/// data for an i32 input when every value fits; a value that does not is an error naming the
+/// input and the value (exit 1).
+#[test]
+fn run_input_big_endian_and_int64() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("p.s"),
+        ".input %x f32[3]\n.input %k i32[3]\n.output y f32[3]\n.output j i32[3]\n\
+         ALLOC %t: f32[3]\nADD %t, %x, %x\nSTORE y, %t\nFREE %t\n\
+         ALLOC %u: i32[3]\nADD %u, %k, %k\nSTORE j, %u\nFREE %u\n",
+    )
+    .unwrap();
+    let xs = [1.5f32, -0.0, 3.0e-3];
+    let ks = [7i64, -1_000_000_000, i32::MIN as i64 / 2];
+    let be_f32: Vec<u8> = xs.iter().flat_map(|v| v.to_be_bytes()).collect();
+    let be_i64: Vec<u8> = ks.iter().flat_map(|v| v.to_be_bytes()).collect();
+    let le_i64: Vec<u8> = ks.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let le_i32: Vec<u8> = ks.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect();
+    let write = |name: &str, bytes: Vec<u8>| std::fs::write(dir.path().join(name), bytes).unwrap();
+    write("x_be.npy", npy_file(">f4", "(3,)", &be_f32));
+    write("k_be8.npy", npy_file(">i8", "(3,)", &be_i64));
+    write("k_le8.npy", npy_file("<i8", "(3,)", &le_i64));
+    write(
+        "k_be4.npy",
+        npy_file(">i4", "(3,)", &ks.iter().flat_map(|&v| (v as i32).to_be_bytes()).collect::<Vec<_>>()),
+    );
+    for k in ["k_be8.npy", "k_le8.npy", "k_be4.npy"] {
+        let out = adeadvm(
+            &[
+                "run",
+                "p.s",
+                "--input",
+                "x=x_be.npy",
+                "--input",
+                &format!("k={k}"),
+                "--output",
+                "y=y.npy",
+                "--output",
+                "j=j.npy",
+            ],
+            dir.path(),
+        );
+        succeeded(out);
+        let y = adeadvm::npy::read(&dir.path().join("y.npy"), None).unwrap();
+        let want: Vec<u8> = xs.iter().flat_map(|v| (v + v).to_le_bytes()).collect();
+        assert_eq!(y.bytes(), &want[..], "{k}");
+        let j = adeadvm::npy::read(&dir.path().join("j.npy"), None).unwrap();
+        let want: Vec<u8> = le_i32
+            .chunks(4)
+            .flat_map(|c| {
+                let v = i32::from_le_bytes(c.try_into().unwrap());
+                v.wrapping_add(v).to_le_bytes()
+            })
+            .collect();
+        assert_eq!(j.bytes(), &want[..], "{k}");
+    }
+    let big = [1i64, 1 << 31, -5];
+    write(
+        "k_big.npy",
+        npy_file("<i8", "(3,)", &big.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>()),
+    );
+    let out = adeadvm(&["run", "p.s", "--input", "x=x_be.npy", "--input", "k=k_big.npy"], dir.path());
+    failed_with(
+        out,
+        1,
+        "error: --input k=k_big.npy: k_big.npy: int64 value 2147483648 at position 1 does not fit in int32\n",
+    );
 }
 
 #[test]

@@ -58,7 +58,7 @@ fn cases() -> Vec<Case> {
     vec![
         c("recip", nm::recip, |x| 1.0 / x, 0.5),
         c("sqrt", nm::sqrt, f64::sqrt, 0.5),
-        c("rsqrt", nm::rsqrt, |x| 1.0 / x.sqrt(), 1.0),
+        c("rsqrt", nm::rsqrt, |x| 1.0 / x.sqrt(), 0.5),
         c("exp", nm::exp, f64::exp, 2.0),
         c("log", nm::log, f64::ln, 2.0),
         c("tanh", nm::tanh, f64::tanh, 4.0),
@@ -751,7 +751,12 @@ mod plain_roots {
         let (yh, yl) = two_prod(y, y);
         let (ph, pl) = two_prod(m, yh);
         let e = ((1.0 - ph) - pl) - m * yl;
-        y + y * (0.5 * e)
+        let z = y + y * (0.5 * e);
+        if [0x4009_f038, 0x407f_fffe].contains(&m.to_bits()) {
+            f32::from_bits(z.to_bits() + 1)
+        } else {
+            z
+        }
     }
 }
 
@@ -823,4 +828,51 @@ fn gpu_exp_fast_path_is_the_strict_exp_sampled() {
 #[ignore]
 fn gpu_exp_fast_path_is_the_strict_exp_exhaustive() {
     plain_exp_agrees(1);
+}
+
+/// Whether `z` (in [0.5, 1]) is `1/sqrt(m)` (m in [1, 4)) correctly rounded, decided exactly on
+/// integers: with m = M 2^-23 and z = Z 2^-24, the true value lies between the midpoints
+/// (2Z ± 1) 2^-25 (the lower one (4Z - 1) 2^-26 when z = 0.5) iff M (2Z - 1)^2 < 2^73 <
+/// M (2Z + 1)^2 (no tie is possible: an odd square times M is never 2^73).
+fn rsqrt_is_correctly_rounded(m: f32, z: f32) -> bool {
+    let mm = (m.to_bits() & 0x7f_ffff | 0x80_0000) as u128 * if m >= 2.0 { 2 } else { 1 };
+    let zz = (z as f64 * (1u64 << 24) as f64) as u128;
+    let above = mm * (2 * zz + 1) * (2 * zz + 1) > 1u128 << 73;
+    let below = if zz == 1 << 23 {
+        mm * (4 * zz - 1) * (4 * zz - 1) < 1u128 << 75
+    } else {
+        mm * (2 * zz - 1) * (2 * zz - 1) < 1u128 << 73
+    };
+    above && below
+}
+
+/// RSQRT is correctly rounded (docs/numerics.md, ISA.md): over every significand in [1, 4) (the
+/// exponent is put back with integers, so this is every input) the result is the correctly
+/// rounded `1/sqrt(m)`, decided exactly on integers, and its error measured against f64 is at
+/// most 0.5 ulp. The input 0x7e7ffffe gives the correctly rounded 0x20000001.
+#[test]
+fn rsqrt_is_correctly_rounded_for_every_significand() {
+    let (mut max_err, mut at, mut wrong) = (0.0f64, 0.0f32, Vec::new());
+    for bits in 0x3f80_0000u32..0x4080_0000 {
+        let m = f32::from_bits(bits);
+        let z = nm::rsqrt(m);
+        let t = 1.0 / (m as f64).sqrt();
+        let err = (z as f64 - t).abs() / 2f64.powi(-24);
+        if err > max_err {
+            (max_err, at) = (err, m);
+        }
+        if !rsqrt_is_correctly_rounded(m, z) {
+            wrong.push(bits);
+        }
+    }
+    println!("rsqrt over every significand: max {max_err:.12} ulp at {at:e} ({:#010x})", at.to_bits());
+    assert!(wrong.is_empty(), "not correctly rounded at significands {wrong:#010x?}");
+    assert!(max_err <= 0.5, "max {max_err} ulp at {at:e}");
+    // The case: 2^-63 / sqrt(2 * 1.99999976); the integer model, not the function,
+    // says which float is nearest.
+    let x = f32::from_bits(0x7e7f_fffe);
+    let m = f32::from_bits(0x407f_fffe);
+    let want = f32::from_bits(0x2000_0001);
+    assert!(rsqrt_is_correctly_rounded(m, f32::from_bits(0x3f00_0001)));
+    assert_eq!(nm::rsqrt(x).to_bits(), want.to_bits());
 }

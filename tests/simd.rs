@@ -141,6 +141,12 @@ fn unary_dense_all_bit_patterns() {
     // Stride 997 over all 2^32 patterns (about 4.3 million inputs), plus the last pattern.
     let mut xs: Vec<f32> = (0..=u32::MAX / 997).map(|i| f32::from_bits(i * 997)).collect();
     xs.push(f32::from_bits(u32::MAX));
+    // RSQRT's corrected significands (numerics::RSQRT_UP) at several exponents, both binades.
+    for b in adeadvm::numerics::RSQRT_UP {
+        for e in [-0x3f00_0000i64, -0x0080_0000, 0, 0x0080_0000, 0x3e00_0000] {
+            xs.push(f32::from_bits((b as i64 + e) as u32));
+        }
+    }
     let (mut want, mut got) = (vec![0.0; xs.len()], vec![0.0; xs.len()]);
     for op in UNARY {
         r::unary(op, &xs, &mut want);

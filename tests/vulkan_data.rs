@@ -665,6 +665,99 @@ fn cast_i32_to_f32_rounds_to_nearest_even() {
     same("CAST i32 -> f32", &want, &got);
 }
 
+/// The nearest value to the integer `v` with `sig` significant bits (ties to even), computed
+/// exactly in i64, then encoded as f16 (`sig` 11, 5 exponent bits) or bf16 (`sig` 8, 8 exponent
+/// bits): the model CAST i32 -> f16 / bf16 must match (one rounding, no f32 in between).
+fn model_i32_to_16(v: i32, sig: u32) -> u16 {
+    let (ebits, bias): (u32, i64) = if sig == 11 { (5, 15) } else { (8, 127) };
+    let sign = if v < 0 { 0x8000u16 } else { 0 };
+    let mag = (v as i64).abs();
+    if mag == 0 {
+        return 0;
+    }
+    // Round |v| to `sig` significant bits: r = mag rounded to a multiple of 2^k.
+    let p = 63 - mag.leading_zeros() as i64; // 2^p <= mag < 2^(p+1)
+    let k = (p + 1 - sig as i64).max(0);
+    let unit = 1i64 << k;
+    let (q, rem) = (mag / unit, mag % unit);
+    let q = if 2 * rem > unit || (2 * rem == unit && q % 2 == 1) { q + 1 } else { q };
+    let r = q * unit; // the rounded magnitude, exactly
+    let e = 63 - r.leading_zeros() as i64; // its exponent (a carry may have raised it)
+    let max_e = (1i64 << ebits) - 2 - bias; // the largest finite exponent
+    if e > max_e {
+        return sign | (((1u16 << ebits) - 1) << (sig - 1));
+    }
+    let frac = (r >> (e - (sig as i64 - 1)).max(0) << (sig as i64 - 1 - e).max(0)) - (1i64 << (sig - 1));
+    sign | (((e + bias) as u16) << (sig - 1)) | frac as u16
+}
+
+/// CAST i32 -> f16 and i32 -> bf16 round once to nearest even, against the exact integer model
+/// above: every binade boundary, ties and near-ties at every shift, f16's overflow edge (65519,
+/// 65520), the 2^25 + 2^17 + 1 (0x4c01; rounding through f32 gave 0x4c00), and random
+/// integers of every magnitude; on the Vulkan launcher and through the VM on the scalar CPU,
+/// the SIMD CPU and the Vulkan backend.
+#[test]
+fn cast_i32_to_16_bit_rounds_once() {
+    let mut v: Vec<i32> = vec![0, 1, -1, 65504, 65519, 65520, 65535, 65536, -65520, i32::MIN, i32::MAX];
+    v.push((1 << 25) + (1 << 17) + 1);
+    for p in 0..31 {
+        let b = 1i64 << p;
+        for d in [-3i64, -2, -1, 0, 1, 2, 3] {
+            v.extend(i32::try_from(b + d).ok());
+        }
+        for sig in [8u32, 11] {
+            if p > sig {
+                let half = 1i64 << (p - sig);
+                for k in [0i64, 1, 2, 3, 5] {
+                    for e in [-1i64, 0, 1] {
+                        v.extend(i32::try_from(b + k * 2 * half + half + e).ok());
+                    }
+                }
+            }
+        }
+    }
+    let mut g = common::Rng(0x1236);
+    for _ in 0..20_000 {
+        let r = g.next_u64();
+        v.push((r >> 32) as i32 >> (r % 32));
+    }
+    let negs: Vec<i32> = v.iter().map(|x| x.wrapping_neg()).collect();
+    v.extend(negs);
+    let n = v.len();
+    assert_eq!(model_i32_to_16((1 << 25) + (1 << 17) + 1, 8), 0x4c01);
+    for (dd, sig) in [(DType::F16, 11u32), (DType::Bf16, 8)] {
+        let want: Vec<u16> = v.iter().map(|&x| model_i32_to_16(x, sig)).collect();
+        let want_bytes: Vec<u8> = want.iter().flat_map(|h| h.to_le_bytes()).collect();
+        let prog = common::build(&format!(
+            ".input %x i32[{n}]\n.output y {dd}[{n}]\nALLOC %t: {dd}[{n}]\nCAST %t, %x\nSTORE y, %t\nFREE %t\n"
+        ));
+        let x = common::i32s(&[n], &v);
+        let check = |what: &str, got: &[u8]| {
+            if let Some(i) = (0..n).find(|&i| got[2 * i..2 * i + 2] != want_bytes[2 * i..2 * i + 2]) {
+                panic!(
+                    "{what}: CAST i32 -> {dd} of {}: got {:#06x}, the nearest is {:#06x}",
+                    v[i],
+                    u16::from_le_bytes([got[2 * i], got[2 * i + 1]]),
+                    want[i]
+                );
+            }
+        };
+        for simd in [adeadvm::exec::cpu::SimdLevel::Scalar, adeadvm::exec::cpu::SimdLevel::detect()] {
+            let config = adeadvm::vm::VmConfig { simd: Some(simd), ..Default::default() };
+            let outs = common::run_with(&prog, &[("x", x.clone())], config).unwrap();
+            check(&format!("VM on the CPU ({})", simd.name()), outs["y"].bytes());
+        }
+        let Some(ex) = exec() else { continue };
+        let got = run(ex, &[&ibits(&v)], (2 * n).div_ceil(4), |k, rec, o, ins| {
+            data::cast(k, rec, o, dd, &ins[0], DType::I32, n)
+        });
+        check("Vulkan launcher", &bytemuck::cast_slice::<u32, u8>(&got)[..2 * n]);
+        let config = adeadvm::vm::VmConfig { backend: adeadvm::vm::Backend::Vulkan, ..Default::default() };
+        let outs = common::run_with(&prog, &[("x", x.clone())], config).unwrap();
+        check("VM on Vulkan", outs["y"].bytes());
+    }
+}
+
 /// Element indices past 2^32: the Philox counter's high word gets the carry.
 #[test]
 fn rand_counters_past_2_pow_32() {

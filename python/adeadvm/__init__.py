@@ -282,7 +282,9 @@ class VM:
         return results
 
     def _set_input(self, name, value):
-        a = np.ascontiguousarray(value)
+        # np.asarray(order="C"), not np.ascontiguousarray: the latter turns a 0-d array (a
+        # scalar input) into shape (1,), which a rank-0 input then refuses.
+        a = np.asarray(value, order="C")
         codes = {np.dtype("float32"): 0, np.dtype("float16"): 1, np.dtype("uint16"): 2, np.dtype("int32"): 3}
         if a.dtype.newbyteorder("=") in codes and a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))

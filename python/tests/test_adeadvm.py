@@ -175,3 +175,31 @@ def test_dtypes_round_trip(tmp_path, dtype, np_dtype):
     y = vm.run(x=x)["y"]
     assert y.dtype == np.dtype(np_dtype).newbyteorder("<")
     assert y.tobytes() == want.tobytes()
+
+
+def test_rank0_inputs_keep_their_shape(tmp_path):
+    # A 0-d numpy array (and a numpy scalar) binds to a rank-0 input, as the CLI accepts a
+    # rank-0 .npy; the output is 0-d too, with the bits of the CLI's run.
+    src = tmp_path / "scalar.s"
+    src.write_text(
+        ".input %x f32[]\n.input %k i32[]\n.output y f32[]\n.output j i32[]\n"
+        "    ALLOC %t: f32[]\n    MUL %t, %x, %x\n    STORE y, %t\n    FREE %t\n"
+        "    ALLOC %u: i32[]\n    ADD %u, %k, %k\n    STORE j, %u\n    FREE %u\n    HALT\n"
+    )
+    vm = adeadvm.load(str(src), backend="cpu")
+    for x, k in [(np.array(1.5, np.float32), np.array(-7, np.int32)), (np.float32(3.0), np.int32(21))]:
+        outs = vm.run(x=x, k=k)
+        assert outs["y"].shape == () and outs["y"].dtype == np.float32
+        assert outs["y"].tobytes() == (np.float32(x) * np.float32(x)).tobytes()
+        assert outs["j"].shape == () and int(outs["j"]) == 2 * int(k)
+    # A rank-0 input still refuses a shape-(1,) array, with the VM's message.
+    with pytest.raises(adeadvm.Error):
+        vm.run(x=np.array([1.5], np.float32), k=np.array(1, np.int32))
+    # Against the CLI, bit for bit.
+    xp = tmp_path / "x.npy"
+    kp = tmp_path / "k.npy"
+    np.save(xp, np.array(1.25, np.float32))
+    np.save(kp, np.array(5, np.int32))
+    want = cli_output(tmp_path, src, {"x": xp, "k": kp}, "y")
+    got = vm.run(x=np.load(xp), k=np.load(kp))["y"]
+    assert want.shape == () and got.shape == () and want.tobytes() == got.tobytes()

@@ -38,10 +38,9 @@ uint convert(uint e) {
     if (p.src == I32) {
         int v = int(e);
         if (p.dst == I32) return uint(v);
-        uint f = dm_i32_to_f32_bits(v);
-        if (p.dst == F16) return strict_f32_to_f16_bits(uintBitsToFloat(f));
-        if (p.dst == BF16) return strict_f32_to_bf16_bits(uintBitsToFloat(f));
-        return f;
+        if (p.dst == F16) return strict_i32_to_f16_bits(v);
+        if (p.dst == BF16) return strict_i32_to_bf16_bits(v);
+        return dm_i32_to_f32_bits(v);
     }
     uint b = widened(e);
 #ifdef GELU_FIRST

@@ -286,6 +286,10 @@ float strict_rsqrt(float x) {
     strict_i_two_prod(m, yh, ph, pl);
     float e = strict_i_psub(strict_i_psub(strict_i_psub(1.0, ph), pl), strict_i_pmul(m, yl));
     float z = strict_i_padd(y, strict_i_pmul(y, strict_i_pmul(0.5, e)));
+    // numerics::RSQRT_UP: the two significands where z lies on the wrong side of a rounding
+    // midpoint get the next float up, so the result is correctly rounded.
+    uint mb = floatBitsToUint(m);
+    if (mb == 0x4009f038u || mb == 0x407ffffeu) z = S_F(floatBitsToUint(z) + 1u);
     return strict_i_scale_bits(z, -h, 0u);
 }
 
@@ -559,5 +563,28 @@ uint strict_f32_to_bf16_bits(float x) {
 }
 
 float strict_bf16_bits_to_f32(uint h) { return strict_canon(S_F(h << 16)); }
+
+// i32 -> f16 / bf16 with one rounding to nearest even, straight from the integer (numerics::
+// i32_to_f16_bits / i32_to_bf16_bits, same steps): |v| as a uint, p its top bit, the top 11
+// (f16) or 8 (bf16) significant bits rounded, the leading one and a rounding carry added into
+// the exponent field. f16: |v| >= 65536 -> inf; 65520..65535 round up onto inf (0x7c00).
+uint strict_i32_to_f16_bits(int v) {
+    if (v == 0) return 0u;
+    uint sign = v < 0 ? 0x8000u : 0u;
+    uint mag = v < 0 ? 0u - uint(v) : uint(v); // |i32::MIN| = 2^31 fits in a uint
+    uint p = uint(findMSB(mag));
+    if (p >= 16u) return sign | 0x7c00u;
+    uint q = p <= 10u ? mag << (10u - p) : strict_i_shr_rne(mag, p - 10u);
+    return sign | (((p + 14u) << 10) + q);
+}
+
+uint strict_i32_to_bf16_bits(int v) {
+    if (v == 0) return 0u;
+    uint sign = v < 0 ? 0x8000u : 0u;
+    uint mag = v < 0 ? 0u - uint(v) : uint(v);
+    uint p = uint(findMSB(mag));
+    uint q = p <= 7u ? mag << (7u - p) : strict_i_shr_rne(mag, p - 7u);
+    return sign | (((p + 126u) << 7) + q);
+}
 
 #endif // ADEADVM_STRICT_GLSL

@@ -93,7 +93,8 @@ struct VerifyArgs {
 struct RunArgs {
     /// The program (.bib, or .s assembled in memory).
     program: PathBuf,
-    /// Bind an input to a .npy file; repeatable.
+    /// Bind an input to a .npy file; repeatable. float32, float16, int32 (int64 when every value
+    /// fits), uint16 holding bf16 bits; little- or big-endian.
     #[arg(short, long = "input", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
     inputs: Vec<(String, PathBuf)>,
     /// Write an output to a .npy file; repeatable. Outputs not named here are summarized.

@@ -51,7 +51,8 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
     for (name, path) in &a.inputs {
         let declared =
             p.tensors.iter().find(|t| &t.name == name && t.kind == adeadvm::format::TensorKind::Input);
-        let tensor = adeadvm::npy::read(path, declared.map(|d| d.dtype))?;
+        let tensor = adeadvm::npy::read(path, declared.map(|d| d.dtype))
+            .with_context(|| format!("--input {name}={}", path.display()))?;
         vm.set_input(name, &tensor).with_context(|| format!("--input {name}={}", path.display()))?;
         recorded_inputs.push((name.clone(), tensor));
     }

@@ -97,6 +97,51 @@ pub fn bf16_bits_to_f32(h: u16) -> f32 {
     canon(f32::from_bits((h as u32) << 16))
 }
 
+/// i32 -> IEEE binary16 bits, one rounding to nearest even (no f32 intermediate);
+/// `|v| >= 65520` gives ±inf. Integer steps (repeated by `strict_i32_to_f16_bits` in GLSL):
+/// ```text
+/// v == 0 -> 0x0000
+/// sign = v < 0 ? 0x8000 : 0; mag = |v| as u32 (2^31 for i32::MIN); p = msb(mag)
+/// p >= 16                 -> sign | 0x7c00          (mag >= 65536 > 65504 + half an ulp)
+/// q = p <= 10 ? mag << (10 - p) : shr_rne(mag, p - 10)     q in [2^10, 2^11]
+/// h = ((p + 14) << 10) + q                            the leading one and a rounding carry
+///                                                     run into the exponent (65520.. -> 0x7c00)
+/// sign | h
+/// ```
+pub fn i32_to_f16_bits(v: i32) -> u16 {
+    if v == 0 {
+        return 0;
+    }
+    let sign: u32 = if v < 0 { 0x8000 } else { 0 };
+    let mag = v.unsigned_abs();
+    let p = 31 - mag.leading_zeros();
+    if p >= 16 {
+        return (sign | 0x7c00) as u16;
+    }
+    let q = if p <= 10 { mag << (10 - p) } else { shr_rne(mag, p - 10) };
+    (sign | (((p + 14) << 10) + q)) as u16
+}
+
+/// i32 -> bfloat16 bits, one rounding to nearest even (no f32 intermediate, which would round
+/// twice: 2^25 + 2^17 + 1 must give 0x4c01, not 0x4c00). Integer steps (repeated by
+/// `strict_i32_to_bf16_bits` in GLSL):
+/// ```text
+/// v == 0 -> 0x0000
+/// sign = v < 0 ? 0x8000 : 0; mag = |v| as u32 (2^31 for i32::MIN); p = msb(mag)
+/// q = p <= 7 ? mag << (7 - p) : shr_rne(mag, p - 7)     q in [2^7, 2^8]
+/// sign | (((p + 126) << 7) + q)                         never overflows (|v| <= 2^31)
+/// ```
+pub fn i32_to_bf16_bits(v: i32) -> u16 {
+    if v == 0 {
+        return 0;
+    }
+    let sign: u32 = if v < 0 { 0x8000 } else { 0 };
+    let mag = v.unsigned_abs();
+    let p = 31 - mag.leading_zeros();
+    let q = if p <= 7 { mag << (7 - p) } else { shr_rne(mag, p - 7) };
+    (sign | (((p + 126) << 7) + q)) as u16
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +182,20 @@ mod tests {
         assert_eq!(f32_to_bf16_bits(f32::NAN), BF16_CANONICAL_NAN);
         assert_eq!(bf16_bits_to_f32(0x0001).to_bits(), 0);
         assert_eq!(bf16_bits_to_f32(0xffc1).to_bits(), 0x7fc0_0000);
+    }
+
+    #[test]
+    fn i32_conversions_round_once() {
+        assert_eq!(i32_to_bf16_bits((1 << 25) + (1 << 17) + 1), 0x4c01);
+        assert_eq!(i32_to_bf16_bits(1), 0x3f80);
+        assert_eq!(i32_to_bf16_bits(i32::MIN), 0xcf00);
+        assert_eq!(i32_to_bf16_bits(i32::MAX), 0x4f00);
+        assert_eq!(i32_to_f16_bits(65504), 0x7bff);
+        assert_eq!(i32_to_f16_bits(65519), 0x7bff);
+        assert_eq!(i32_to_f16_bits(65520), 0x7c00);
+        assert_eq!(i32_to_f16_bits(-65520), 0xfc00);
+        assert_eq!(i32_to_f16_bits(2049), 0x6800); // tie to even
+        assert_eq!(i32_to_f16_bits(2051), 0x6802); // tie to even, up
+        assert_eq!(i32_to_f16_bits(i32::MIN), 0xfc00);
     }
 }

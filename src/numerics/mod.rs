@@ -30,10 +30,10 @@ mod reduce;
 mod transcendental;
 
 pub use convert::{
-    bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, BF16_CANONICAL_NAN,
-    F16_CANONICAL_NAN,
+    bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, i32_to_bf16_bits, i32_to_f16_bits,
+    BF16_CANONICAL_NAN, F16_CANONICAL_NAN,
 };
-pub use div::{div, recip, rsqrt, sqrt};
+pub use div::{div, recip, rsqrt, sqrt, RSQRT_UP};
 pub use ops::{add, canon, ftz, max, min, mul, sub, CANONICAL_NAN};
 pub use reduce::{
     dot, fma_chain_is_dot, layernorm_row, max_reduce, mean, rmsnorm_row, softmax_row, sum, REDUCE_LANES,

@@ -1113,9 +1113,22 @@ impl Vm {
             (DType::I32, _) => {
                 self.with_operands(p, f, dst, &[Some(src)], |out, views| {
                     let ints: Cow<[i32]> = cast_or_copy(views[0].unwrap_or_default());
-                    // i32 -> f32 rounds to nearest even, the same on every executor.
-                    let vals: Vec<f32> = ints.iter().map(|&v| v as f32).collect();
-                    from_f32(&vals, dd, out);
+                    // One rounding to nearest even, the same on every executor: i32 -> f32 is
+                    // Rust's `as`; f16 and bf16 are rounded straight from the integer (through
+                    // f32 they would round twice).
+                    match dd {
+                        DType::F16 | DType::Bf16 => {
+                            let conv =
+                                if dd == DType::F16 { nx::i32_to_f16_bits } else { nx::i32_to_bf16_bits };
+                            for (o, &v) in out.chunks_exact_mut(2).zip(ints.iter()) {
+                                o.copy_from_slice(&conv(v).to_le_bytes());
+                            }
+                        }
+                        _ => {
+                            let vals: Vec<f32> = ints.iter().map(|&v| v as f32).collect();
+                            from_f32(&vals, dd, out);
+                        }
+                    }
                 });
             }
             (_, DType::I32) => {

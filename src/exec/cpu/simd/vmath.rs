@@ -267,6 +267,11 @@ pub(super) unsafe fn rsqrt<L: Lanes, const F: bool>(x: L) -> L {
     let (ph, pl) = two_prod(m, yh);
     let e = L::sub(L::sub(L::sub(L::splat(1.0), ph), pl), L::mul(m, yl));
     let z = L::add(y, L::mul(y, L::mul(L::splat(0.5), e)));
+    // numerics::RSQRT_UP: one ulp up for the two significands where z rounds the wrong way.
+    let mb = L::bits(m);
+    let [u0, u1] = crate::numerics::RSQRT_UP;
+    let up = L::mor(L::ieq(mb, L::si(u0 as i32)), L::ieq(mb, L::si(u1 as i32)));
+    let z = L::sel(up, L::float(L::iadd(L::bits(z), L::si(1))), z);
     let mut res = scale_bits(z, L::isub(zero, h), zero);
     res = L::sel(pinf, L::zero(), res);
     res = L::sel(neg, nan::<L>(), res);
