@@ -351,6 +351,84 @@ done:
     FREE %h
 ";
 
+/// The decoder's instructions: SILU, ARGMAX (f32 and bf16), SLICE at a register offset and PUT
+/// (f32 and 16-bit, odd offsets and lengths), SCATTER (repeated indices; f32 and f16 rows of
+/// odd length), TGET and TSET.
+const DECODER_OPS: &str = "
+.input %x f32[4, 37]
+.input %ix i32[3]
+.input %p i32[2]
+.const %hsrc f16[3, 5] = rand(4)
+.output si f32[4, 37]
+.output am i32[4]
+.output amh i32[4, 1]
+.output sl f32[4, 5]
+.output slh bf16[4, 5]
+.output pu f32[6, 37]
+.output puh f16[4, 37]
+.output sc f32[5, 37]
+.output sch f16[6, 5]
+.output ts i32[2]
+    ALLOC %si: f32[4, 37]
+    SILU %si, %x
+    STORE si, %si
+    FREE %si
+    ALLOC %am: i32[4]
+    ARGMAX %am, %x
+    STORE am, %am
+    FREE %am
+    ALLOC %h: bf16[4, 37]
+    CAST %h, %x
+    ALLOC %amh: i32[4, 1]
+    ARGMAX %amh, %h
+    STORE amh, %amh
+    FREE %amh
+    ISET r0, 1
+    TGET r1, %p, r0
+    ALLOC %sl: f32[4, 5]
+    SLICE %sl, %x, 1, r1
+    STORE sl, %sl
+    ALLOC %slh: bf16[4, 5]
+    SLICE %slh, %h, -1, r1
+    STORE slh, %slh
+    FREE %slh
+    FREE %h
+    ALLOC %pu: f32[6, 37]
+    FILL %pu, 1.0
+    PUT %pu, %x, 0, r0
+    STORE pu, %pu
+    FREE %pu
+    ALLOC %puh: f16[4, 37]
+    FILL %puh, -2.0
+    ALLOC %hs: f16[4, 5]
+    CAST %hs, %sl
+    ISET r2, 3
+    PUT %puh, %hs, 1, r2
+    STORE puh, %puh
+    FREE %hs
+    FREE %puh
+    FREE %sl
+    ALLOC %sc: f32[5, 37]
+    FILL %sc, 0.5
+    ALLOC %three: f32[3, 37]
+    SLICE %three, %x, 0, r0
+    SCATTER %sc, %three, %ix
+    STORE sc, %sc
+    FREE %three
+    FREE %sc
+    ALLOC %sch: f16[6, 5]
+    FILL %sch, 3.0
+    SCATTER %sch, %hsrc, %ix
+    STORE sch, %sch
+    FREE %sch
+    ALLOC %ts: i32[2]
+    COPY %ts, %p
+    ISET r3, -5
+    TSET %ts, r0, r3
+    STORE ts, %ts
+    FREE %ts
+";
+
 fn opcodes(p: &VerifiedProgram) -> BTreeSet<Opcode> {
     p.instructions().iter().map(|i| i.insn.opcode()).collect()
 }
@@ -377,10 +455,23 @@ fn every_opcode_gives_the_cpu_bits_on_vulkan() {
     );
     let mixed = build(MIXED_OPS);
     same_bits("16-bit and i32 opcodes", &mixed, &mixed_inputs());
+    let decoder = build(DECODER_OPS);
+    let xd = awkward(4 * 37, 22, -5.0, 5.0);
+    let decoder_inputs =
+        [("x", f32s(&[4, 37], &xd)), ("ix", i32s(&[3], &[4, 0, 4])), ("p", i32s(&[2], &[7, 31]))];
+    let out = same_bits("decoder opcodes", &decoder, &decoder_inputs);
+    // The repeated index 4 takes the last of its rows (row 3 of x), row 0 the second (row 2).
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let sc = bits(&out["sc"].to_f32().unwrap());
+    let xb = bits(&xd);
+    assert_eq!(sc[4 * 37..5 * 37], xb[3 * 37..4 * 37], "SCATTER: the highest position wins");
+    assert_eq!(sc[..37], xb[2 * 37..3 * 37]);
+    assert!(sc[37..4 * 37].iter().all(|&v| v == 0.5f32.to_bits()), "SCATTER keeps the rows it does not name");
 
     // Coverage: every opcode of the ISA appears in these programs or in kernel.s (KERNEL).
     let mut seen = opcodes(&f32_ops);
     seen.extend(opcodes(&mixed));
+    seen.extend(opcodes(&decoder));
     seen.extend(opcodes(&program_file("kernel.s")));
     let missing: Vec<&str> = OP_INFO.iter().filter(|i| !seen.contains(&i.opcode)).map(|i| i.name).collect();
     assert!(missing.is_empty(), "opcodes not covered by the Vulkan suite: {missing:?}");
