@@ -883,7 +883,18 @@ impl Vm {
                     let g = self.gpu_mut();
                     let status = g.status.whole();
                     let row = n * size / 4;
-                    data::scatter(g.exec.kernels(), &mut g.rec, &d, rows, row, &s, &ix, count, &status, slot)?;
+                    data::scatter(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        &d,
+                        rows,
+                        row,
+                        &s,
+                        &ix,
+                        count,
+                        &status,
+                        slot,
+                    )?;
                 } else {
                     // 16-bit rows of odd length share words between rows: the destination is
                     // unpacked to one element a word, scattered there and packed back whole

@@ -736,7 +736,13 @@ pub struct Runs {
 /// keeps its bits, the other half of a word the runs cover in part included: each word has
 /// one writer (shaders/window16.comp), which reads and rewrites it. `src` must not share
 /// bytes with `dst`; runs must not overlap (`db >= len` and `sb >= len`).
-pub fn window16(k: &Kernels, rec: &mut Recorder, dst: &Slice, src: &Slice, runs: Runs) -> Result<(), VulkanError> {
+pub fn window16(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    src: &Slice,
+    runs: Runs,
+) -> Result<(), VulkanError> {
     let Runs { outer, len, db, dofs, sb, sofs } = runs;
     if outer == 0 || len == 0 {
         return Ok(());
@@ -772,7 +778,13 @@ pub fn window16(k: &Kernels, rec: &mut Recorder, dst: &Slice, src: &Slice, runs:
 }
 
 /// `dst[at] = bits` for one 32-bit word of `dst` (TSET); the rest of `dst` is untouched.
-pub fn set_word(k: &Kernels, rec: &mut Recorder, dst: &Slice, at: usize, bits: u32) -> Result<(), VulkanError> {
+pub fn set_word(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    at: usize,
+    bits: u32,
+) -> Result<(), VulkanError> {
     fits(dst, "the destination", at as u64 + 1)?;
     let push = [to_u32(at as u64, "the element index")?, bits];
     rec.dispatch(&k.get("set_word")?, &[Binding::write(dst)], &push, [1, 1, 1])
@@ -797,7 +809,8 @@ pub fn argmax(
     if n == 0 {
         return fill(k, rec, dst, rows, u32::MAX);
     }
-    let total = (rows as u64).checked_mul(n as u64).ok_or_else(|| invalid(format!("{rows} rows of {n} overflow")))?;
+    let total =
+        (rows as u64).checked_mul(n as u64).ok_or_else(|| invalid(format!("{rows} rows of {n} overflow")))?;
     to_u32(total, "the source's element count")?;
     fits(dst, "the destination", rows as u64)?;
     fits(x, "the source", total)?;
