@@ -864,7 +864,7 @@ impl Vm {
                 let dsh = shape(f, dst);
                 let n = dsh.last().copied().unwrap_or(1);
                 let total = n_of(f, dst) as usize;
-                let rows = if n == 0 { 0 } else { total / n };
+                let rows = total.checked_div(n).unwrap_or(0);
                 let count = n_of(f, indices) as usize;
                 let size = dt(dst).size();
                 cost.1 = 2 * n_of(f, src) * size as u64;
