@@ -1206,18 +1206,8 @@ fn out_of_range_indices_and_offsets_are_the_cpus_errors_on_vulkan() {
     }
 }
 
-/// The key/value-cache pattern of a decoder: each step of a loop PUTs a new position into an
-/// f16 cache at a register offset (rows of 5: windows that share words with their
-/// neighbours), SCATTERs a row into a bf16 cache at a position TGET read from an input and
-/// TSET wrote into an index tensor (positions repeat), and moves an ARGMAX of the step into a
-/// log through a register (TGET, then TSET); after the loop a register-offset SLICE reads a
-/// window of the cache back. Every output bit for bit the CPU's.
-#[test]
-fn a_decoder_loop_puts_and_scatters_into_caches_with_the_cpu_bits() {
-    if !vulkan() {
-        return;
-    }
-    let src = "
+/// A decoder step loop over two caches (see the test below).
+const KV_LOOP: &str = "
 .input %x f32[6, 2, 5]
 .input %order i32[6]
 .output kc f16[2, 7, 5]
@@ -1283,7 +1273,19 @@ loop:
     FREE %vc
     FREE %kc
 ";
-    let p = build(src);
+
+/// The key/value-cache pattern of a decoder: each step of a loop PUTs a new position into an
+/// f16 cache at a register offset (rows of 5: windows that share words with their
+/// neighbours), SCATTERs a row into a bf16 cache at a position TGET read from an input and
+/// TSET wrote into an index tensor (positions repeat), and moves an ARGMAX of the step into a
+/// log through a register (TGET, then TSET); after the loop a register-offset SLICE reads a
+/// window of the cache back. Every output bit for bit the CPU's.
+#[test]
+fn a_decoder_loop_puts_and_scatters_into_caches_with_the_cpu_bits() {
+    if !vulkan() {
+        return;
+    }
+    let p = build(KV_LOOP);
     let x = awkward(60, 51, -8.0, 8.0);
     let order = [3, 0, 3, 7, 0, 3];
     let inputs = [("x", f32s(&[6, 2, 5], &x)), ("order", i32s(&[6], &order))];
@@ -1303,4 +1305,36 @@ loop:
     let want3: Vec<u16> = x[50..55].iter().map(|&v| nx::f32_to_bf16_bits(nx::canon(v))).collect();
     assert_eq!(vc[15..20], want3[..], "the last step naming row 3 wins");
     assert!(out["log"].to_i32().unwrap().iter().all(|&k| (0..5).contains(&k)), "every step logged");
+}
+
+/// With `--backend vulkan` the decoder's instructions run on the device (each has GPU time in
+/// an observed run), except TGET, which writes a register and so runs on the host.
+#[test]
+fn decoder_instructions_run_on_the_device() {
+    if !vulkan() {
+        return;
+    }
+    use adeadvm::vm::{Observer, StepEvent, Vm, Wants};
+    struct Placed(BTreeMap<&'static str, BTreeSet<bool>>);
+    impl Observer for Placed {
+        fn wants(&self) -> Wants {
+            Wants { timing: true, written: false }
+        }
+        fn step(&mut self, e: &StepEvent<'_>) -> std::ops::ControlFlow<()> {
+            let name = e.instruction.insn.opcode().info().name;
+            self.0.entry(name).or_default().insert(e.gpu_elapsed.is_some());
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let mut vm = Vm::new(build(KV_LOOP), gpu()).unwrap();
+    vm.set_input("x", f32s(&[6, 2, 5], &Rng(5).vec(60, -3.0, 3.0))).unwrap();
+    vm.set_input("order", i32s(&[6], &[3, 0, 3, 7, 0, 3])).unwrap();
+    let mut seen = Placed(BTreeMap::new());
+    vm.run_observed(&mut seen).unwrap();
+    let on_gpu = BTreeSet::from([true]);
+    // MATMUL's own test shows this device reports GPU times; here every decoder instruction.
+    for op in ["SLICE_R", "PUT", "SCATTER", "TSET", "ARGMAX"] {
+        assert_eq!(seen.0.get(op), Some(&on_gpu), "{op} on the device: {:?}", seen.0);
+    }
+    assert_eq!(seen.0.get("TGET"), Some(&BTreeSet::from([false])), "{:?}", seen.0);
 }
