@@ -253,7 +253,7 @@ fn reflected_interfaces() {
         ("pack16", 2, 4),
         ("strided_copy", 2, 112),
         ("gather", 4, 20),
-        ("scatter", 4, 16),
+        ("scatter", 4, 20),
         ("window16", 2, 32),
         ("set_word", 1, 8),
         ("argmax", 2, 8),

@@ -1006,13 +1006,17 @@ proptest! {
         let ix = ex.upload(&mut rec, bytemuck::cast_slice(&idx)).unwrap();
         let status = ex.upload(&mut rec, bytemuck::cast_slice(&[u32::MAX; 4])).unwrap();
         let out = ex.upload(&mut rec, bytemuck::cast_slice(&old)).unwrap();
-        data::scatter(ex.kernels(), &mut rec, &out, rows, row, &s, &ix, count, &status, 1).unwrap();
+        data::scatter(ex.kernels(), &mut rec, &out, rows, row, &s, &ix, count, &status, 1, 3).unwrap();
         let got: Vec<u32> = bytemuck::pod_collect_to_vec(&ex.fetch(&mut rec, &out).unwrap());
         let st: Vec<u32> = bytemuck::pod_collect_to_vec(&ex.fetch(&mut rec, &status).unwrap());
         let mut want = old.clone();
         let first_bad = r::scatter(&src, row, &idx, rows, &mut want[..rows * row]).err();
-        let expect_status = first_bad.map_or(u32::MAX, |(pos, _)| pos as u32);
-        prop_assert_eq!(st, vec![u32::MAX, expect_status, u32::MAX, u32::MAX]);
+        // The first bad position in slot 1, its value in slot 3.
+        let expect = match first_bad {
+            Some((pos, v)) => vec![u32::MAX, pos as u32, u32::MAX, v as u32],
+            None => vec![u32::MAX; 4],
+        };
+        prop_assert_eq!(st, expect);
         // With a bad index the reference writes nothing, and neither does the kernel.
         same(&format!("SCATTER {count} rows of {row} into {rows}"), &want, &got);
     }

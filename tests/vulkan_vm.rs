@@ -1187,6 +1187,19 @@ fn out_of_range_indices_and_offsets_are_the_cpus_errors_on_vulkan() {
         run_with(&p, &bad, gpu()).unwrap_err(),
         "instruction 4 (line 9, SCATTER): on the GPU: index 3 at position 1 of `ix` is outside the destination's 3 rows"
     );
+    // Indices computed on the device (TSET in a loop): the kernel reports the value too.
+    let p = build(KV_LOOP);
+    let x = f32s(&[6, 2, 5], &[0.5; 60]);
+    let inputs = [("x", x), ("order", i32s(&[6], &[3, 0, 9, 7, 0, 3]))];
+    let want = run_with(&p, &inputs, cpu()).unwrap_err();
+    assert!(
+        want.ends_with("SCATTER): index 9 at position 0 of `pos` is outside the destination's 8 rows"),
+        "{want}"
+    );
+    assert_eq!(
+        run_with(&p, &inputs, gpu()).unwrap_err(),
+        want.replacen("SCATTER): ", "SCATTER): on the GPU: ", 1)
+    );
     // Register offsets and TSET's index: checked when recorded, the CPU's own messages.
     for (body, what) in [
         ("ISET r1, 5\nPUT %c, %x, 0, r1\n", "PUT"),

@@ -102,7 +102,8 @@ pub(super) enum Valid {
     Both,
 }
 
-/// Status words for the bounds checks of GATHER and SCATTER in one batch.
+/// Status words for the bounds checks of GATHER and SCATTER in one batch. The status buffer
+/// holds twice as many: word `STATUS_SLOTS + slot` is where SCATTER puts the bad index's value.
 const STATUS_SLOTS: u32 = 1024;
 
 /// A GATHER or SCATTER whose bounds check is pending until its batch runs.
@@ -113,6 +114,9 @@ struct PendingCheck {
     rows: usize,
     /// What the rows belong to in the error: GATHER's "table", SCATTER's "destination".
     of: &'static str,
+    /// Whether the kernel wrote the bad index's value into word `STATUS_SLOTS + slot` (SCATTER);
+    /// else it is read on the host when the indices came from there.
+    value_on_device: bool,
 }
 
 /// The VM's device-side state.
@@ -150,7 +154,7 @@ impl Gpu {
             },
         };
         let rec = Recorder::new(exec.device())?;
-        let status = Arc::new(Buffer::new(exec.device(), u64::from(STATUS_SLOTS) * 4)?);
+        let status = Arc::new(Buffer::new(exec.device(), u64::from(STATUS_SLOTS) * 8)?);
         Ok(Some(Gpu {
             rec,
             consts: vec![None; p.tensors.len()],
@@ -312,22 +316,33 @@ impl Gpu {
         vm_inputs: &[Option<super::HostTensor>],
         p: &Program,
     ) -> Result<Option<(usize, String)>, VulkanError> {
-        let status = match self.checks.len() {
+        let n = self.checks.len() as u64;
+        let status = match n {
             0 => None,
-            n => Some(self.rec.download(&self.status.slice(0, n as u64 * 4)?)?),
+            n => {
+                let values = self.status.slice(u64::from(STATUS_SLOTS) * 4, n * 4)?;
+                Some((self.rec.download(&self.status.slice(0, n * 4)?)?, self.rec.download(&values)?))
+            }
         };
         self.rec.flush()?;
-        if let Some(d) = status {
-            let mut words = vec![0u8; self.checks.len() * 4];
+        if let Some((d, dv)) = status {
+            let mut words = vec![0u8; n as usize * 4];
             self.rec.read(&d, &mut words)?;
             let words: Vec<u32> = bytemuck::pod_collect_to_vec(&words);
+            let mut values = vec![0u8; n as usize * 4];
+            self.rec.read(&dv, &mut values)?;
+            let values: Vec<i32> = bytemuck::pod_collect_to_vec(&values);
             let checks = std::mem::take(&mut self.checks);
             for g in &checks {
                 let pos = words[g.slot as usize];
                 if pos != u32::MAX {
                     let name = &p.tensors[g.indices.0 as usize].name;
-                    // The value is known when the indices came from the host (inputs, constants).
-                    let value = host_i32(p, vm_inputs, g.indices, pos as usize);
+                    // SCATTER's kernel wrote the value; GATHER's is known when the indices came
+                    // from the host (inputs, constants).
+                    let value = match g.value_on_device {
+                        true => Some(values[g.slot as usize]),
+                        false => host_i32(p, vm_inputs, g.indices, pos as usize),
+                    };
                     let what = match value {
                         Some(v) => format!(
                             "index {v} at position {pos} of `{name}` is outside the {}'s {} rows",
@@ -805,7 +820,7 @@ impl Vm {
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
                 let t = self.src_words(p, f, table, dst)?;
                 let ix = self.src(p, f, indices)?;
-                let slot = self.index_check(p, index, indices, rows, "table")?;
+                let slot = self.index_check(p, index, indices, rows, "table", false)?;
                 self.with_dst_words(f, p, dst, |g, d| {
                     data::gather(
                         g.exec.kernels(),
@@ -874,7 +889,8 @@ impl Vm {
                 let ix = self.src_apart(p, f, indices, dst)?;
                 // A partial write: the destination's current bytes on the device first.
                 let old = self.src(p, f, dst)?;
-                let slot = self.index_check(p, index, indices, rows, "destination")?;
+                let slot = self.index_check(p, index, indices, rows, "destination", true)?;
+                let value_slot = STATUS_SLOTS + slot;
                 if size == 4 || n % 2 == 0 {
                     // Whole rows of 32-bit words (16-bit rows of even length: n / 2 words),
                     // written in place.
@@ -894,6 +910,7 @@ impl Vm {
                         count,
                         &status,
                         slot,
+                        value_slot,
                     )?;
                 } else {
                     // 16-bit rows of odd length share words between rows: the destination is
@@ -906,7 +923,7 @@ impl Vm {
                     let status = g.status.whole();
                     let k = g.exec.kernels();
                     data::unpack16(k, &mut g.rec, &w, &old, total)?;
-                    data::scatter(k, &mut g.rec, &w, rows, n, &s, &ix, count, &status, slot)?;
+                    data::scatter(k, &mut g.rec, &w, rows, n, &s, &ix, count, &status, slot, value_slot)?;
                     data::pack16(k, &mut g.rec, &d, &w, total)?;
                 }
             }
@@ -1356,7 +1373,8 @@ impl Vm {
     }
 
     /// A status slot for the bounds check of a GATHER or SCATTER (instruction `index`, indices
-    /// `indices`, `rows` rows of its `of`), reported by `flush` after the batch. A full set of
+    /// `indices`, `rows` rows of its `of`; `value_on_device` where the kernel also writes the
+    /// bad index's value), reported by `flush` after the batch. A full set of
     /// slots is flushed first; the batch's first check resets every slot at once (a binding
     /// at another slot's offset would break the device's storage-buffer offset alignment,
     /// 256 bytes on most devices, so slots are never bound one by one).
@@ -1367,13 +1385,14 @@ impl Vm {
         indices: TensorId,
         rows: usize,
         of: &'static str,
+        value_on_device: bool,
     ) -> Result<u32, VmError> {
         if self.gpu_mut().checks.len() as u32 == STATUS_SLOTS {
             self.gpu_sync(p)?;
         }
         let g = self.gpu_mut();
         let slot = g.checks.len() as u32;
-        g.checks.push(PendingCheck { slot, index, indices, rows, of });
+        g.checks.push(PendingCheck { slot, index, indices, rows, of, value_on_device });
         if slot == 0 {
             data::fill(g.exec.kernels(), &mut g.rec, &g.status.whole(), STATUS_SLOTS as usize, u32::MAX)?;
         }

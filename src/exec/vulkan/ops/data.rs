@@ -674,10 +674,11 @@ pub fn gather(
 /// SCATTER: `dst[indices[i], :] = src[i, :]` for i in 0..count, rows of `row` 32-bit words,
 /// `dst` of `rows` rows, `indices` i32; rows no index names keep their values, and where
 /// indices repeat the highest i wins (`reference::scatter`). When any index lies outside
-/// `0..rows` nothing is written and the smallest such position goes into `status[slot]` with
-/// atomicMin (the caller fills the slot with 0xFFFFFFFF first and reports it after the batch,
-/// as for [`gather`]). `src` must not share bytes with `dst`. One workgroup per source row,
-/// each reading all `count` indices (shaders/scatter.comp says why that is deterministic).
+/// `0..rows` nothing is written, the smallest such position goes into `status[slot]` and its
+/// index into `status[value_slot]` (the caller fills the slot with 0xFFFFFFFF first and
+/// reports it after the batch, as for [`gather`]). `src` must not share bytes with `dst`. One
+/// workgroup per source row, each reading all `count` indices (shaders/scatter.comp says why
+/// that is deterministic).
 #[allow(clippy::too_many_arguments)]
 pub fn scatter(
     k: &Kernels,
@@ -690,6 +691,7 @@ pub fn scatter(
     count: usize,
     status: &Slice,
     slot: u32,
+    value_slot: u32,
 ) -> Result<(), VulkanError> {
     if count == 0 {
         return Ok(());
@@ -707,11 +709,12 @@ pub fn scatter(
         to_u32(rows as u64, "the destination's row count")?,
         to_u32(row as u64, "the row length")?,
         slot,
+        value_slot,
     ];
     fits(dst, "the destination", dst_words)?;
     fits(src, "the source", src_words)?;
     fits(indices, "the indices", count as u64)?;
-    fits(status, "the status buffer", u64::from(slot) + 1)?;
+    fits(status, "the status buffer", u64::from(slot.max(value_slot)) + 1)?;
     let bindings = [Binding::write(dst), Binding::read(src), Binding::read(indices), Binding::write(status)];
     let groups = groups_for(rec.device(), count as u64, 1);
     rec.dispatch(&k.get("scatter")?, &bindings, &push, groups)
