@@ -1351,3 +1351,53 @@ fn decoder_instructions_run_on_the_device() {
     }
     assert_eq!(seen.0.get("TGET"), Some(&BTreeSet::from([false])), "{:?}", seen.0);
 }
+
+/// Partial writes across placements: a cache written on the device, then PUT and TSET on the
+/// CPU (the device's bytes come back first), then SCATTER and PUT on the device again (the
+/// host's bytes go up first), in f16 and i32; every bit the CPU's.
+#[test]
+fn partial_writes_keep_their_destination_across_placements() {
+    if !vulkan() {
+        return;
+    }
+    let src = "
+.input %x f32[4, 3]
+.input %ix i32[2]
+.output c f16[4, 3]
+.output n i32[4, 3]
+.output k i32[4]
+    ALLOC %c: f16[4, 3]
+    CAST %c, %x
+    ALLOC %h: f16[2, 3]
+    ISET r1, 1
+    SLICE %h, %c, 0, r1
+    ALLOC %one: f16[4, 1]
+    SLICE %one, %c, 1, r1
+    PUT@cpu %c, %one, 1, r1
+    SCATTER@gpu %c, %h, %ix
+    ISET r2, 2
+    PUT@gpu %c, %one, 1, r2
+    STORE c, %c
+    ALLOC %n: i32[4, 3]
+    CAST@gpu %n, %x
+    ISET r3, 7
+    ISET r4, 11
+    TSET@cpu %n, r3, r4
+    ISET r3, 2
+    TSET@gpu %n, r3, r4
+    STORE n, %n
+    ALLOC %k: i32[4]
+    ARGMAX@gpu %k, %c
+    STORE k, %k
+    FREE %k
+    FREE %n
+    FREE %one
+    FREE %h
+    FREE %c
+";
+    let x = awkward(16, 61, -9.0, 9.0)[..12].to_vec();
+    let inputs = [("x", f32s(&[4, 3], &x)), ("ix", i32s(&[2], &[3, 0]))];
+    let out = same_bits("partial writes across placements", &build(src), &inputs);
+    let n = out["n"].to_i32().unwrap();
+    assert_eq!((n[7], n[2]), (11, 11), "both TSETs landed");
+}

@@ -14,7 +14,11 @@
 //!   on the writing side first, and its kernels write only their elements in place.
 //! - Kernels work on 32-bit words. 16-bit float operands are widened to f32 in scratch memory
 //!   and results rounded back with CAST's kernel, which is what the CPU's `float_op` does, so
-//!   the bits agree; 16-bit moves go through `unpack16`/`pack16`.
+//!   the bits agree; 16-bit moves go through `unpack16`/`pack16`, except SLICE and PUT, which
+//!   copy packed halves with `window16` (each word written whole by one invocation).
+//! - The decoder's instructions run on the device too: SLICE at a register offset, PUT,
+//!   SCATTER, TSET (the register values read when recorded) and ARGMAX; TGET writes a register,
+//!   so the host runs it on the tensor's downloaded bytes.
 //! - A source that is also the destination is copied to scratch first, unless the kernel reads
 //!   each element only at the index it writes (elementwise kernels).
 
