@@ -259,6 +259,10 @@ fn reflected_interfaces() {
         ("pack16", 2, 4),
         ("strided_copy", 2, 112),
         ("gather", 4, 20),
+        ("scatter", 4, 20),
+        ("window16", 2, 32),
+        ("set_word", 1, 8),
+        ("argmax", 2, 8),
         ("sgemm_split_pieces", 3, 16),
         ("sgemm_split_finish", 6, 124),
     ];
@@ -364,6 +368,10 @@ const INTEGER_ONLY: &[&str] = &[
     "transpose16",
     "strided_copy",
     "gather",
+    "scatter",
+    "window16",
+    "set_word",
+    "argmax",
 ];
 
 #[test]

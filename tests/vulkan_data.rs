@@ -1051,3 +1051,143 @@ fn split_bf16_pieces_sum_to_the_element() {
         }
     }
 }
+
+/// A 16-bit tensor's elements packed two per word (element 2k in the low half), padded to a
+/// whole word.
+fn pack_u16(h: &[u16]) -> Vec<u32> {
+    h.chunks(2).map(|c| u32::from(c[0]) | u32::from(c.get(1).copied().unwrap_or(0)) << 16).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn argmax_matches_reference_on_special_values(
+        rows in 1usize..6,
+        n in 0usize..700,
+        seed in any::<u64>(),
+        ties in any::<bool>(),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let mut x = values_f32(seed, (rows * n).max(1));
+        x.truncate(rows * n);
+        if ties {
+            // Few distinct values, so most rows hold their maximum more than once.
+            for v in &mut x {
+                *v = [-0.0, 0.0, 1.0, f32::from_bits(3), f32::from_bits(0x8000_0005)][v.to_bits() as usize % 5];
+            }
+        }
+        let mut want = vec![0i32; rows];
+        r::argmax(&x, n, &mut want);
+        let input = if x.is_empty() { vec![0u32] } else { bits(&x) };
+        let got = run(ex, &[&input], rows, |k, rec, o, ins| data::argmax(k, rec, o, &ins[0], rows, n));
+        same(&format!("ARGMAX {rows} rows of {n}"), &ibits(&want), &got);
+    }
+
+    #[test]
+    fn scatter_matches_reference_and_writes_nothing_past_a_bad_index(
+        rows in 0usize..12,
+        row in 1usize..9,
+        idx in prop::collection::vec(-2i32..13, 1..300),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let count = idx.len();
+        let src: Vec<u32> = (0..(count * row) as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        let old: Vec<u32> = (0..(rows * row).max(1) as u32).map(|i| i ^ 0x5a5a_0000).collect();
+        let mut rec = Recorder::new(ex.device()).unwrap();
+        let s = ex.upload(&mut rec, bytemuck::cast_slice(&src)).unwrap();
+        let ix = ex.upload(&mut rec, bytemuck::cast_slice(&idx)).unwrap();
+        let status = ex.upload(&mut rec, bytemuck::cast_slice(&[u32::MAX; 4])).unwrap();
+        let out = ex.upload(&mut rec, bytemuck::cast_slice(&old)).unwrap();
+        data::scatter(ex.kernels(), &mut rec, &out, rows, row, &s, &ix, count, &status, 1, 3).unwrap();
+        let got: Vec<u32> = bytemuck::pod_collect_to_vec(&ex.fetch(&mut rec, &out).unwrap());
+        let st: Vec<u32> = bytemuck::pod_collect_to_vec(&ex.fetch(&mut rec, &status).unwrap());
+        let mut want = old.clone();
+        let first_bad = r::scatter(&src, row, &idx, rows, &mut want[..rows * row]).err();
+        // The first bad position in slot 1, its value in slot 3.
+        let expect = match first_bad {
+            Some((pos, v)) => vec![u32::MAX, pos as u32, u32::MAX, v as u32],
+            None => vec![u32::MAX; 4],
+        };
+        prop_assert_eq!(st, expect);
+        // With a bad index the reference writes nothing, and neither does the kernel.
+        same(&format!("SCATTER {count} rows of {row} into {rows}"), &want, &got);
+    }
+
+    #[test]
+    fn window16_puts_and_slices_packed_halves_as_the_reference(
+        shape in prop::collection::vec(1usize..7, 1..4),
+        axis_pick in any::<usize>(),
+        start_pick in any::<usize>(),
+        len_pick in any::<usize>(),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let ax = axis_pick % shape.len();
+        let len = 1 + len_pick % shape[ax];
+        let start = start_pick % (shape[ax] - len + 1);
+        let mut part_shape = shape.clone();
+        part_shape[ax] = len;
+        let (whole_n, part_n) = (shape.iter().product::<usize>(), part_shape.iter().product::<usize>());
+        let whole: Vec<u16> = (0..whole_n as u16).map(|i| i.wrapping_mul(40_503) | 1).collect();
+        let part: Vec<u16> = (0..part_n as u16).map(|i| i.wrapping_mul(7_919) ^ 0x8000).collect();
+        let inner: usize = shape[ax + 1..].iter().product();
+        let outer: usize = shape[..ax].iter().product();
+        // PUT: the untouched halves (neighbours sharing a word, and the padding half) kept.
+        let mut want = whole.clone();
+        r::put(&part, &shape, ax, start, len, &mut want);
+        let put = data::Runs { outer, len: len * inner, db: shape[ax] * inner, dofs: start * inner, sb: len * inner, sofs: 0 };
+        let mut old = pack_u16(&whole);
+        let pad = old.len() * 2 > whole_n;
+        if pad {
+            let last = old.len() - 1;
+            old[last] |= 0xbeef << 16;
+        }
+        let src = pack_u16(&part);
+        let got = run(ex, &[&old, &src], old.len(), |k, rec, o, ins| {
+            data::copy(k, rec, o, &ins[0])?;
+            data::window16(k, rec, o, &ins[1], put)
+        });
+        let mut want_words = pack_u16(&want);
+        if pad {
+            let last = want_words.len() - 1;
+            want_words[last] |= 0xbeef << 16;
+        }
+        same(&format!("PUT {part_shape:?} into {shape:?} axis {ax} at {start}"), &want_words, &got);
+        // SLICE: the same window read back out.
+        let mut sliced = vec![0u16; part_n];
+        r::slice(&want, &shape, ax, start, len, &mut sliced);
+        let slice = data::Runs { outer, len: len * inner, db: len * inner, dofs: 0, sb: shape[ax] * inner, sofs: start * inner };
+        let src = pack_u16(&want);
+        let got = run(ex, &[&src], part_n.div_ceil(2), |k, rec, o, ins| {
+            data::fill(k, rec, o, part_n.div_ceil(2), 0)?;
+            data::window16(k, rec, o, &ins[0], slice)
+        });
+        same(&format!("SLICE {part_shape:?} of {shape:?} axis {ax} at {start}"), &pack_u16(&sliced), &got);
+    }
+}
+
+#[test]
+fn set_word_writes_one_word_and_window16_refuses_overlapping_runs() {
+    let Some(ex) = exec() else { return };
+    let old: Vec<u32> = (0..300).collect();
+    let got = run(ex, &[&old], 300, |k, rec, o, ins| {
+        data::copy(k, rec, o, &ins[0])?;
+        data::set_word(k, rec, o, 257, 0xdead_beef)
+    });
+    let mut want = old.clone();
+    want[257] = 0xdead_beef;
+    same("TSET's word", &want, &got);
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    let s = ex.alloc(64).unwrap();
+    let runs = data::Runs { outer: 2, len: 5, db: 4, dofs: 0, sb: 5, sofs: 0 };
+    let e = data::window16(ex.kernels(), &mut rec, &s, &s, runs).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid Vulkan dispatch: runs of 5 elements every 4 (dst) and 5 (src) overlap"
+    );
+    let e = data::set_word(ex.kernels(), &mut rec, &s, 16, 0).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid Vulkan dispatch: the destination holds 16 32-bit words; the operation needs 17"
+    );
+}

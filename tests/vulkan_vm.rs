@@ -351,6 +351,84 @@ done:
     FREE %h
 ";
 
+/// The decoder's instructions: SILU, ARGMAX (f32 and bf16), SLICE at a register offset and PUT
+/// (f32 and 16-bit, odd offsets and lengths), SCATTER (repeated indices; f32 and f16 rows of
+/// odd length), TGET and TSET.
+const DECODER_OPS: &str = "
+.input %x f32[4, 37]
+.input %ix i32[3]
+.input %p i32[2]
+.const %hsrc f16[3, 5] = rand(4)
+.output si f32[4, 37]
+.output am i32[4]
+.output amh i32[4, 1]
+.output sl f32[4, 5]
+.output slh bf16[4, 5]
+.output pu f32[6, 37]
+.output puh f16[4, 37]
+.output sc f32[5, 37]
+.output sch f16[6, 5]
+.output ts i32[2]
+    ALLOC %si: f32[4, 37]
+    SILU %si, %x
+    STORE si, %si
+    FREE %si
+    ALLOC %am: i32[4]
+    ARGMAX %am, %x
+    STORE am, %am
+    FREE %am
+    ALLOC %h: bf16[4, 37]
+    CAST %h, %x
+    ALLOC %amh: i32[4, 1]
+    ARGMAX %amh, %h
+    STORE amh, %amh
+    FREE %amh
+    ISET r0, 1
+    TGET r1, %p, r0
+    ALLOC %sl: f32[4, 5]
+    SLICE %sl, %x, 1, r1
+    STORE sl, %sl
+    ALLOC %slh: bf16[4, 5]
+    SLICE %slh, %h, -1, r1
+    STORE slh, %slh
+    FREE %slh
+    FREE %h
+    ALLOC %pu: f32[6, 37]
+    FILL %pu, 1.0
+    PUT %pu, %x, 0, r0
+    STORE pu, %pu
+    FREE %pu
+    ALLOC %puh: f16[4, 37]
+    FILL %puh, -2.0
+    ALLOC %hs: f16[4, 5]
+    CAST %hs, %sl
+    ISET r2, 3
+    PUT %puh, %hs, 1, r2
+    STORE puh, %puh
+    FREE %hs
+    FREE %puh
+    FREE %sl
+    ALLOC %sc: f32[5, 37]
+    FILL %sc, 0.5
+    ALLOC %three: f32[3, 37]
+    SLICE %three, %x, 0, r0
+    SCATTER %sc, %three, %ix
+    STORE sc, %sc
+    FREE %three
+    FREE %sc
+    ALLOC %sch: f16[6, 5]
+    FILL %sch, 3.0
+    SCATTER %sch, %hsrc, %ix
+    STORE sch, %sch
+    FREE %sch
+    ALLOC %ts: i32[2]
+    COPY %ts, %p
+    ISET r3, -5
+    TSET %ts, r0, r3
+    STORE ts, %ts
+    FREE %ts
+";
+
 fn opcodes(p: &VerifiedProgram) -> BTreeSet<Opcode> {
     p.instructions().iter().map(|i| i.insn.opcode()).collect()
 }
@@ -377,10 +455,23 @@ fn every_opcode_gives_the_cpu_bits_on_vulkan() {
     );
     let mixed = build(MIXED_OPS);
     same_bits("16-bit and i32 opcodes", &mixed, &mixed_inputs());
+    let decoder = build(DECODER_OPS);
+    let xd = awkward(4 * 37, 22, -5.0, 5.0);
+    let decoder_inputs =
+        [("x", f32s(&[4, 37], &xd)), ("ix", i32s(&[3], &[4, 0, 4])), ("p", i32s(&[2], &[7, 31]))];
+    let out = same_bits("decoder opcodes", &decoder, &decoder_inputs);
+    // The repeated index 4 takes the last of its rows (row 3 of x), row 0 the second (row 2).
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let sc = bits(&out["sc"].to_f32().unwrap());
+    let xb = bits(&xd);
+    assert_eq!(sc[4 * 37..5 * 37], xb[3 * 37..4 * 37], "SCATTER: the highest position wins");
+    assert_eq!(sc[..37], xb[2 * 37..3 * 37]);
+    assert!(sc[37..4 * 37].iter().all(|&v| v == 0.5f32.to_bits()), "SCATTER keeps the rows it does not name");
 
     // Coverage: every opcode of the ISA appears in these programs or in kernel.s (KERNEL).
     let mut seen = opcodes(&f32_ops);
     seen.extend(opcodes(&mixed));
+    seen.extend(opcodes(&decoder));
     seen.extend(opcodes(&program_file("kernel.s")));
     let missing: Vec<&str> = OP_INFO.iter().filter(|i| !seen.contains(&i.opcode)).map(|i| i.name).collect();
     assert!(missing.is_empty(), "opcodes not covered by the Vulkan suite: {missing:?}");
@@ -555,26 +646,50 @@ enum Form {
     Matmul,
     /// `OP %r, a, -1` into the [R, 1] tensor %r (reductions, keepdims).
     Reduce,
+    /// `OP %k, a` into the i32 [R, 1] tensor %k, then %k cast into %r (ARGMAX).
+    Argmax,
+    /// `OP %s, a, 1, r7` from a tensor at a register offset (SLICE_R) into the [R, W] tensor %s.
+    SliceR,
+    /// `OP dst, %s, 1, r7` or `OP dst, %q, 0, r7`: a window of dst at a register offset (PUT).
+    Put,
+    /// `OP dst, a, %ix`: rows of a into the rows of dst that the i32 [R] tensor %ix names,
+    /// repeated indices included (SCATTER).
+    Scatter,
+    /// `OP %ix, r7, r8`: one index of %ix from registers (TSET).
+    Tset,
+    /// `OP r9, %k, r7`: an ARGMAX result into a register, which then places a one-column
+    /// SLICE and PUT (TGET).
+    Tget,
 }
 
-/// Every strict-tier float opcode whose operands the generator knows how to fill, found in
-/// the generated ISA table (`OP_INFO`) by its group and required operand kinds: an opcode
-/// added to opcodes/isa.toml with one of these forms joins the differential test unchanged.
+/// Every strict-tier opcode whose operands the generator knows how to fill, found in the
+/// generated ISA table (`OP_INFO`) by its group, dtype class, required operand kinds and
+/// whether it writes in part: an opcode added to opcodes/isa.toml with one of these forms joins
+/// the differential test unchanged. The float forms take float or numeric opcodes; the
+/// decoder's (ARGMAX, SLICE_R, PUT, SCATTER, TSET, TGET) are any-dtype ones.
 fn isa_ops() -> Vec<(&'static adeadvm::isa::OpInfo, Form)> {
     use adeadvm::isa::{DtypeClass, Group, OperandKind as K, Tier};
     OP_INFO
         .iter()
-        .filter(|i| i.tier == Tier::Strict && matches!(i.dtypes, DtypeClass::Float | DtypeClass::Numeric))
+        .filter(|i| i.tier == Tier::Strict)
         .filter_map(|i| {
             let required: Vec<K> =
                 i.operands.iter().filter(|o| o.default.is_none()).map(|o| o.kind).collect();
-            let form = match (i.group, required.as_slice()) {
-                (Group::Elementwise, [K::Tensor, K::Tensor]) => Form::Unary,
-                (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor]) => Form::Binary,
-                (Group::Elementwise, [K::Tensor, K::Tensor, K::F32]) => Form::Scalar,
-                (Group::Tensor, [K::Tensor, K::Tensor]) => Form::Rows,
-                (Group::Tensor, [K::Tensor, K::Tensor, K::Tensor]) => Form::Matmul,
-                (Group::Tensor, [K::Tensor, K::Tensor, K::Axis]) => Form::Reduce,
+            let partial = i.operands.iter().any(|o| o.partial);
+            let float = matches!(i.dtypes, DtypeClass::Float | DtypeClass::Numeric);
+            let form = match (i.group, required.as_slice(), partial) {
+                (Group::Elementwise, [K::Tensor, K::Tensor], false) if float => Form::Unary,
+                (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor], false) if float => Form::Binary,
+                (Group::Elementwise, [K::Tensor, K::Tensor, K::F32], false) if float => Form::Scalar,
+                (Group::Tensor, [K::Tensor, K::Tensor], false) if float => Form::Rows,
+                (Group::Tensor, [K::Tensor, K::Tensor, K::Tensor], false) if float => Form::Matmul,
+                (Group::Tensor, [K::Tensor, K::Tensor, K::Axis], false) if float => Form::Reduce,
+                (Group::Tensor, [K::Tensor, K::Tensor], false) => Form::Argmax,
+                (Group::Memory, [K::Tensor, K::Tensor, K::Axis, K::Reg], false) => Form::SliceR,
+                (Group::Memory, [K::Tensor, K::Tensor, K::Axis, K::Reg], true) => Form::Put,
+                (Group::Memory, [K::Tensor, K::Tensor, K::Tensor], true) => Form::Scatter,
+                (Group::Memory, [K::Tensor, K::Reg, K::Reg], true) => Form::Tset,
+                (Group::Memory, [K::Reg, K::Tensor, K::Reg], false) => Form::Tget,
                 _ => return None,
             };
             Some((i, form))
@@ -585,13 +700,20 @@ fn isa_ops() -> Vec<(&'static adeadvm::isa::OpInfo, Form)> {
 /// A random valid program over [R, C] tensors: a chain of `ops` (indices into [`isa_ops`] and
 /// operand choices), each writing %a or %b from %a, %b, the input %x, the [C] constant %g or
 /// the [R, 1] reduction result %r. Optional operands (bias, mask, gamma, beta, act, scale,
-/// eps) are written or left out at random.
+/// eps) are written or left out at random. The decoder's forms work through %k (i32 [R, 1],
+/// ARGMAX results), %s (f32 [R, W] windows, W = ceil(C / 2)), %q (f32 [1, C]), %s1 (f32
+/// [R, 1]) and %ix (i32 [R] row indices, all 0 at first, so SCATTER meets repeats), at
+/// register offsets in range drawn from the op's choices.
 fn random_program(ops: &[(u8, u8, u8, u8)], r: usize, c: usize) -> String {
     let table = isa_ops();
+    let w = c.div_ceil(2);
     let mut s = format!(
         ".input %x f32[{r}, {c}]\n.const %g f32[{c}] = rand(9)\n.const %w f32[{c}, {c}] = rand(11, normal)\n\
-         .output y f32[{r}, {c}]\n.output z f32[{r}, 1]\nALLOC %a: f32[{r}, {c}]\nALLOC %b: f32[{r}, {c}]\n\
-         ALLOC %r: f32[{r}, 1]\nCOPY %a, %x\nCOPY %b, %x\nFILL %r, 0.5\n"
+         .output y f32[{r}, {c}]\n.output z f32[{r}, 1]\n.output s f32[{r}, {w}]\n.output k i32[{r}, 1]\n\
+         ALLOC %a: f32[{r}, {c}]\nALLOC %b: f32[{r}, {c}]\n\
+         ALLOC %r: f32[{r}, 1]\nCOPY %a, %x\nCOPY %b, %x\nFILL %r, 0.5\n\
+         ALLOC %k: i32[{r}, 1]\nFILL %k, 0\nALLOC %s: f32[{r}, {w}]\nFILL %s, -0.5\nALLOC %q: f32[1, {c}]\n\
+         FILL %q, 0.25\nALLOC %s1: f32[{r}, 1]\nALLOC %ix: i32[{r}]\nFILL %ix, 0\n"
     );
     for &(op, d, a, b) in ops {
         let (info, form) = &table[op as usize % table.len()];
@@ -625,17 +747,41 @@ fn random_program(ops: &[(u8, u8, u8, u8)], r: usize, c: usize) -> String {
             Form::Rows => format!("{m} {dst}, {a_t}{}\n", optional(b)),
             Form::Matmul => format!("{m} {dst}, {a_t}, %w{}\n", optional(b)),
             Form::Reduce => format!("{m} %r, {a_t}, -1\n"),
+            Form::Argmax => format!("{m} %k, {a_t}\nCAST %r, %k\n"),
+            Form::SliceR => format!("ISET r7, {}\n{m} %s, {a_t}, 1, r7\n", b as usize % (c - w + 1)),
+            Form::Put if b % 2 == 0 => {
+                format!("ISET r7, {}\n{m} {dst}, %s, 1, r7\n", a as usize % (c - w + 1))
+            }
+            Form::Put => format!("ISET r7, {}\n{m} {dst}, %q, 0, r7\n", a as usize % r),
+            Form::Scatter => {
+                format!(
+                    "ISET r7, {}\nISET r8, {}\nTSET %ix, r7, r8\n{m} {dst}, {a_t}, %ix\n",
+                    a as usize % r,
+                    b as usize % r
+                )
+            }
+            Form::Tset => {
+                format!("ISET r7, {}\nISET r8, {}\n{m} %ix, r7, r8\n", b as usize % r, a as usize % r)
+            }
+            Form::Tget => format!(
+                "ISET r7, {}\n{m} r9, %k, r7\nSLICE %s1, {a_t}, 1, r9\nPUT {dst}, %s1, 1, r9\n",
+                b as usize % r
+            ),
         };
     }
-    s + "STORE y, %a\nSTORE z, %r\nFREE %a\nFREE %b\nFREE %r\n"
+    s + "STORE y, %a\nSTORE z, %r\nSTORE s, %s\nSTORE k, %k\nFREE %ix\nFREE %s1\nFREE %q\nFREE %s\nFREE %k\n\
+         FREE %a\nFREE %b\nFREE %r\n"
 }
 
 #[test]
 fn the_differential_generator_covers_every_form_in_the_isa_table() {
     let forms: BTreeSet<String> = isa_ops().iter().map(|(_, f)| format!("{f:?}")).collect();
-    assert_eq!(forms.len(), 6, "{forms:?}");
+    assert_eq!(forms.len(), 12, "{forms:?}");
     let names: BTreeSet<&str> = isa_ops().iter().map(|(i, _)| i.name).collect();
-    for op in ["ADD", "ADD_S", "EXP", "GELU", "MATMUL", "SOFTMAX", "LAYERNORM", "REDUCE_MAX"] {
+    let decoder = ["SILU", "ARGMAX", "SLICE_R", "PUT", "SCATTER", "TSET", "TGET"];
+    for op in
+        ["ADD", "ADD_S", "EXP", "GELU", "MATMUL", "SOFTMAX", "LAYERNORM", "REDUCE_MAX"].iter().chain(&decoder)
+    {
         assert!(names.contains(op), "{op} is generated: {names:?}");
     }
     // Every generated program verifies, whatever the choices.
@@ -867,4 +1013,391 @@ fn fast_f32_matmul_on_bf16_pieces() {
     }
     // The CPU's FMA sums are not the tensor cores': most bits differ.
     assert!(differ > m * n / 4, "only {differ} of {} outputs differ from the CPU's", m * n);
+}
+
+/// `CAST` (or `COPY` for f32) of an f32 tensor into `dt`: how the focused tests below make
+/// 16-bit and i32 operands from f32 inputs.
+fn into_dtype(dt: &str, dst: &str, src: &str) -> String {
+    if dt == "f32" {
+        format!("COPY {dst}, {src}\n")
+    } else {
+        format!("CAST {dst}, {src}\n")
+    }
+}
+
+#[test]
+fn scatter_with_repeated_indices_and_odd_rows_gives_the_cpu_bits_in_every_dtype() {
+    if !vulkan() {
+        return;
+    }
+    // (destination rows, source rows, row length): single elements, odd and even 16-bit rows,
+    // more indices than a workgroup's threads (each workgroup reads them all), long rows.
+    for &(rows, count, n) in &[(5, 3, 1), (6, 7, 3), (4, 4, 4), (9, 600, 7), (3, 2, 300), (7, 5, 2)] {
+        // Row rows - 1 is never named (it must keep its values); many positions repeat.
+        let ix: Vec<i32> = (0..count).map(|k| ((k * 7 + 3) % (rows - 1)) as i32).collect();
+        assert!(count < rows || ix.iter().collect::<BTreeSet<_>>().len() < count, "repeats");
+        let d = awkward((rows * n).max(16), 31, -100.0, 100.0)[..rows * n].to_vec();
+        let x = awkward((count * n).max(16), 32, -100.0, 100.0)[..count * n].to_vec();
+        for dt in ["f32", "f16", "bf16", "i32"] {
+            let src = format!(
+                ".input %d f32[{rows}, {n}]\n.input %x f32[{count}, {n}]\n.input %ix i32[{count}]\n\
+                 .output y {dt}[{rows}, {n}]\nALLOC %y: {dt}[{rows}, {n}]\n{}ALLOC %t: {dt}[{count}, {n}]\n{}\
+                 SCATTER %y, %t, %ix\nSTORE y, %y\nFREE %t\nFREE %y\n",
+                into_dtype(dt, "%y", "%d"),
+                into_dtype(dt, "%t", "%x")
+            );
+            let inputs =
+                [("d", f32s(&[rows, n], &d)), ("x", f32s(&[count, n], &x)), ("ix", i32s(&[count], &ix))];
+            let what = format!("SCATTER {dt} {count} rows of {n} into {rows}");
+            let out = same_bits(&what, &build(&src), &inputs);
+            // The untouched last row is the destination's own.
+            let size = out["y"].dtype.size();
+            let before = run_with(
+                &build(&format!(
+                    ".input %d f32[{rows}, {n}]\n.output y {dt}[{rows}, {n}]\nALLOC %y: {dt}[{rows}, {n}]\n{}\
+                     STORE y, %y\nFREE %y\n",
+                    into_dtype(dt, "%y", "%d")
+                )),
+                &inputs[..1],
+                cpu(),
+            )
+            .unwrap();
+            let last = (rows - 1) * n * size..rows * n * size;
+            assert_eq!(
+                out["y"].bytes()[last.clone()],
+                before["y"].bytes()[last],
+                "{what}: the last row kept"
+            );
+        }
+    }
+}
+
+#[test]
+fn put_and_register_slice_on_every_dtype_keep_the_neighbours() {
+    if !vulkan() {
+        return;
+    }
+    let shape = [3usize, 7, 5];
+    let d = awkward(3 * 7 * 5, 41, -50.0, 50.0);
+    // (axis, start, length): odd and even offsets and lengths, one element, the whole axis.
+    let windows =
+        [(0, 1, 1), (0, 0, 3), (1, 3, 3), (1, 1, 2), (1, 6, 1), (1, 0, 7), (2, 1, 3), (2, 3, 1), (2, 0, 5)];
+    for &(ax, start, len) in &windows {
+        let mut part = shape;
+        part[ax] = len;
+        let pn: usize = part.iter().product();
+        let p = awkward(pn.max(16), 42 + start as u64, -50.0, 50.0)[..pn].to_vec();
+        let ps = format!("{part:?}");
+        // SLICE reads back a window one place further when there is room.
+        let back = if start + len < shape[ax] { start + 1 } else { start };
+        for dt in ["f32", "f16", "bf16", "i32"] {
+            let src = format!(
+                ".input %d f32[3, 7, 5]\n.input %p f32{ps}\n.output y {dt}[3, 7, 5]\n.output s {dt}{ps}\n\
+                 ALLOC %y: {dt}[3, 7, 5]\n{}ALLOC %q: {dt}{ps}\n{}ISET r1, {start}\nPUT %y, %q, {ax}, r1\n\
+                 STORE y, %y\nISET r2, {back}\nSLICE %q, %y, {ax}, r2\nSTORE s, %q\nFREE %q\nFREE %y\n",
+                into_dtype(dt, "%y", "%d"),
+                into_dtype(dt, "%q", "%p")
+            );
+            let inputs = [("d", f32s(&shape, &d)), ("p", f32s(&part, &p))];
+            same_bits(&format!("PUT/SLICE {dt} axis {ax} at {start} len {len}"), &build(&src), &inputs);
+        }
+    }
+}
+
+#[test]
+fn argmax_with_nan_ties_denormals_and_long_rows_gives_the_cpu_bits() {
+    if !vulkan() {
+        return;
+    }
+    let den = f32::from_bits(1); // the least denormal
+    for n in [1usize, 2, 5, 255, 256, 257, 1000, 3000] {
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        rows.push(awkward(n.max(16), n as u64, -9.0, 9.0)[..n].to_vec());
+        // Ties: the maximum at several positions, the first must win.
+        rows.push((0..n).map(|i| if i % 3 == 2 { 7.5 } else { (i % 5) as f32 }).collect());
+        // NaN after +inf, then a second NaN: the first NaN wins.
+        rows.push((0..n).map(|i| [f32::INFINITY, 1.0][i % 2]).collect());
+        if n > 1 {
+            rows[2][n / 2] = f32::NAN;
+            rows[2][n - 1] = -f32::NAN;
+        }
+        // Negatives, then zeros of both signs and denormals (all zeros to ARGMAX), and a small
+        // normal an f16 holds only as a denormal (exact in f32 after widening: counts).
+        rows.push((0..n).map(|i| -1.0 - i as f32).collect());
+        if n > 4 {
+            rows[3][1] = -0.0;
+            rows[3][2] = den;
+            rows[3][3] = -den;
+            rows[3][4] = 0.0;
+        }
+        rows.push((0..n).map(|i| if i + 1 == n { 3e-6 } else { -f32::INFINITY }).collect());
+        if n > 2 {
+            rows[4][1] = -den;
+        }
+        let x: Vec<f32> = rows.concat();
+        let r = rows.len();
+        for dt in ["f32", "f16", "bf16"] {
+            let src = format!(
+                ".input %x f32[{r}, {n}]\n.output k i32[{r}]\nALLOC %h: {dt}[{r}, {n}]\n{}ALLOC %k: i32[{r}]\n\
+                 ARGMAX %k, %h\nSTORE k, %k\nFREE %k\nFREE %h\n",
+                into_dtype(dt, "%h", "%x")
+            );
+            let out =
+                same_bits(&format!("ARGMAX {dt} rows of {n}"), &build(&src), &[("x", f32s(&[r, n], &x))]);
+            let k = out["k"].to_i32().unwrap();
+            if n > 4 {
+                assert_eq!(k[1], 2, "{dt} {n}: the first of the tied maxima");
+                assert_eq!(k[2], n as i32 / 2, "{dt} {n}: the first NaN");
+                assert_eq!(k[3], 1, "{dt} {n}: -0, denormals and +0 tie as zeros");
+            }
+        }
+    }
+}
+
+#[test]
+fn out_of_range_indices_and_offsets_are_the_cpus_errors_on_vulkan() {
+    if !vulkan() {
+        return;
+    }
+    // SCATTER: the first bad position is reported, with the GPU prefix GATHER's errors have.
+    let src =
+        ".input %s f32[4, 3]\n.input %ix i32[4]\n.output y f32[5, 3]\nALLOC %y: f32[5, 3]\nFILL %y, 1.0\n\
+               SCATTER %y, %s, %ix\nSTORE y, %y\nFREE %y\n";
+    let p = build(src);
+    let s = f32s(&[4, 3], &[0.5; 12]);
+    for (ix, pos, v) in [([0, 5, -1, 9], 1, 5), ([0, 1, 2, -3], 3, -3)] {
+        let inputs = [("s", s.clone()), ("ix", i32s(&[4], &ix))];
+        let err = run_with(&p, &inputs, gpu()).unwrap_err();
+        let want = format!(
+            "instruction 2 (line 6, SCATTER): index {v} at position {pos} of `ix` is outside the destination's 5 rows"
+        );
+        assert_eq!(err, want.replacen("SCATTER): ", "SCATTER): on the GPU: ", 1));
+        assert_eq!(run_with(&p, &inputs, cpu()).unwrap_err(), want);
+    }
+    // A GATHER and a SCATTER in one batch each report their own indices.
+    let src = ".input %t f32[4, 2]\n.input %g i32[2]\n.input %ix i32[2]\n.output y f32[3, 2]\nALLOC %w: f32[2, 2]\n\
+               GATHER %w, %t, %g\nALLOC %y: f32[3, 2]\nFILL %y, 0.0\nSCATTER %y, %w, %ix\nSTORE y, %y\nFREE %y\nFREE %w\n";
+    let p = build(src);
+    let t = f32s(&[4, 2], &[1., 2., 3., 4., 5., 6., 7., 8.]);
+    let good = [("t", t.clone()), ("g", i32s(&[2], &[3, 0])), ("ix", i32s(&[2], &[2, 2]))];
+    let out = same_bits("GATHER then SCATTER", &p, &good);
+    assert_eq!(out["y"].to_f32().unwrap(), [0., 0., 0., 0., 1., 2.], "the second position wins");
+    let bad = [("t", t), ("g", i32s(&[2], &[3, 0])), ("ix", i32s(&[2], &[1, 3]))];
+    assert_eq!(
+        run_with(&p, &bad, gpu()).unwrap_err(),
+        "instruction 4 (line 9, SCATTER): on the GPU: index 3 at position 1 of `ix` is outside the destination's 3 rows"
+    );
+    // Indices computed on the device (TSET in a loop): the kernel reports the value too.
+    let p = build(KV_LOOP);
+    let x = f32s(&[6, 2, 5], &[0.5; 60]);
+    let inputs = [("x", x), ("order", i32s(&[6], &[3, 0, 9, 7, 0, 3]))];
+    let want = run_with(&p, &inputs, cpu()).unwrap_err();
+    assert!(
+        want.ends_with("SCATTER): index 9 at position 0 of `pos` is outside the destination's 8 rows"),
+        "{want}"
+    );
+    assert_eq!(
+        run_with(&p, &inputs, gpu()).unwrap_err(),
+        want.replacen("SCATTER): ", "SCATTER): on the GPU: ", 1)
+    );
+    // Register offsets and TSET's index: checked when recorded, the CPU's own messages.
+    for (body, what) in [
+        ("ISET r1, 5\nPUT %c, %x, 0, r1\n", "PUT"),
+        ("ISET r1, -1\nPUT %c, %x, 0, r1\n", "PUT"),
+        ("ISET r1, 5\nSLICE %p, %c, 0, r1\n", "SLICE"),
+        ("ISET r1, 24\nISET r2, 7\nTSET %i, r1, r2\n", "TSET"),
+    ] {
+        let src = format!(
+            ".input %x f32[2, 4]\n.output y f32[6, 4]\nALLOC %c: f32[6, 4]\nFILL %c, 0.0\nALLOC %i: i32[6, 4]\n\
+             FILL %i, 0\nALLOC %p: f32[2, 4]\n{body}STORE y, %c\nFREE %p\nFREE %i\nFREE %c\n"
+        );
+        let p = build(&src);
+        let inputs = [("x", f32s(&[2, 4], &[1.0; 8]))];
+        let want = run_with(&p, &inputs, cpu()).unwrap_err();
+        assert!(want.contains(what) && want.contains("outside"), "{want}");
+        assert_eq!(run_with(&p, &inputs, gpu()).unwrap_err(), want);
+    }
+}
+
+/// A decoder step loop over two caches (see the test below).
+const KV_LOOP: &str = "
+.input %x f32[6, 2, 5]
+.input %order i32[6]
+.output kc f16[2, 7, 5]
+.output vc bf16[8, 5]
+.output log i32[6]
+.output wk i32[2, 2]
+    ALLOC %kc: f16[2, 7, 5]
+    FILL %kc, 0.0
+    ALLOC %vc: bf16[8, 5]
+    FILL %vc, -1.0
+    ALLOC %log: i32[6]
+    FILL %log, -9
+    ALLOC %xf: f32[12, 5]
+    RESHAPE %xf, %x
+    ALLOC %step: f32[1, 2, 5]
+    ALLOC %st: f32[2, 1, 5]
+    ALLOC %h: f16[2, 1, 5]
+    ALLOC %hv: f32[1, 5]
+    ALLOC %row: bf16[1, 5]
+    ALLOC %pos: i32[1]
+    FILL %pos, 0
+    ALLOC %am: i32[2, 1]
+    ISET r0, 0
+    ISET r1, 6
+    ISET r6, 0
+loop:
+    SLICE %step, %x, 0, r0
+    RESHAPE %st, %step
+    CAST %h, %st
+    PUT %kc, %h, 1, r0
+    ARGMAX %am, %h
+    TGET r3, %am, r6
+    TSET %log, r0, r3
+    TGET r2, %order, r0
+    TSET %pos, r6, r2
+    IADD r7, r0, r0
+    SLICE %hv, %xf, 0, r7
+    CAST %row, %hv
+    SCATTER %vc, %row, %pos
+    IADDI r0, r0, 1
+    ILT r4, r0, r1
+    JNZ r4, loop
+    STORE kc, %kc
+    STORE vc, %vc
+    STORE log, %log
+    ALLOC %win: f16[2, 2, 5]
+    ISET r8, 3
+    SLICE %win, %kc, 1, r8
+    ALLOC %wk: i32[2, 2]
+    ARGMAX %wk, %win
+    STORE wk, %wk
+    FREE %wk
+    FREE %win
+    FREE %am
+    FREE %pos
+    FREE %row
+    FREE %hv
+    FREE %h
+    FREE %st
+    FREE %step
+    FREE %xf
+    FREE %log
+    FREE %vc
+    FREE %kc
+";
+
+/// The key/value-cache pattern of a decoder: each step of a loop PUTs a new position into an
+/// f16 cache at a register offset (rows of 5: windows that share words with their
+/// neighbours), SCATTERs a row into a bf16 cache at a position TGET read from an input and
+/// TSET wrote into an index tensor (positions repeat), and moves an ARGMAX of the step into a
+/// log through a register (TGET, then TSET); after the loop a register-offset SLICE reads a
+/// window of the cache back. Every output bit for bit the CPU's.
+#[test]
+fn a_decoder_loop_puts_and_scatters_into_caches_with_the_cpu_bits() {
+    if !vulkan() {
+        return;
+    }
+    let p = build(KV_LOOP);
+    let x = awkward(60, 51, -8.0, 8.0);
+    let order = [3, 0, 3, 7, 0, 3];
+    let inputs = [("x", f32s(&[6, 2, 5], &x)), ("order", i32s(&[6], &order))];
+    let out = same_bits("KV-cache loop", &p, &inputs);
+    // Position 6 of the f16 cache was never PUT: still zeros; rows of the bf16 cache that no
+    // step named keep -1 (bf16 0xbf80); row 3 holds the last step that named it (step 5).
+    let kc = out["kc"].bytes();
+    for head in 0..2 {
+        let at = (head * 7 + 6) * 5 * 2;
+        assert!(kc[at..at + 10].iter().all(|&b| b == 0), "head {head}: position 6 untouched");
+    }
+    let vc: Vec<u16> = bytemuck::pod_collect_to_vec(out["vc"].bytes());
+    for row in [1, 2, 4, 5, 6] {
+        assert!(vc[row * 5..row * 5 + 5].iter().all(|&h| h == 0xbf80), "row {row} kept");
+    }
+    use adeadvm::numerics as nx;
+    let want3: Vec<u16> = x[50..55].iter().map(|&v| nx::f32_to_bf16_bits(nx::canon(v))).collect();
+    assert_eq!(vc[15..20], want3[..], "the last step naming row 3 wins");
+    assert!(out["log"].to_i32().unwrap().iter().all(|&k| (0..5).contains(&k)), "every step logged");
+}
+
+/// With `--backend vulkan` the decoder's instructions run on the device (each has GPU time in
+/// an observed run), except TGET, which writes a register and so runs on the host.
+#[test]
+fn decoder_instructions_run_on_the_device() {
+    if !vulkan() {
+        return;
+    }
+    use adeadvm::vm::{Observer, StepEvent, Vm, Wants};
+    struct Placed(BTreeMap<&'static str, BTreeSet<bool>>);
+    impl Observer for Placed {
+        fn wants(&self) -> Wants {
+            Wants { timing: true, written: false }
+        }
+        fn step(&mut self, e: &StepEvent<'_>) -> std::ops::ControlFlow<()> {
+            let name = e.instruction.insn.opcode().info().name;
+            self.0.entry(name).or_default().insert(e.gpu_elapsed.is_some());
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let mut vm = Vm::new(build(KV_LOOP), gpu()).unwrap();
+    vm.set_input("x", f32s(&[6, 2, 5], &Rng(5).vec(60, -3.0, 3.0))).unwrap();
+    vm.set_input("order", i32s(&[6], &[3, 0, 3, 7, 0, 3])).unwrap();
+    let mut seen = Placed(BTreeMap::new());
+    vm.run_observed(&mut seen).unwrap();
+    let on_gpu = BTreeSet::from([true]);
+    // MATMUL's own test shows this device reports GPU times; here every decoder instruction.
+    for op in ["SLICE_R", "PUT", "SCATTER", "TSET", "ARGMAX"] {
+        assert_eq!(seen.0.get(op), Some(&on_gpu), "{op} on the device: {:?}", seen.0);
+    }
+    assert_eq!(seen.0.get("TGET"), Some(&BTreeSet::from([false])), "{:?}", seen.0);
+}
+
+/// Partial writes across placements: a cache written on the device, then PUT and TSET on the
+/// CPU (the device's bytes come back first), then SCATTER and PUT on the device again (the
+/// host's bytes go up first), in f16 and i32; every bit the CPU's.
+#[test]
+fn partial_writes_keep_their_destination_across_placements() {
+    if !vulkan() {
+        return;
+    }
+    let src = "
+.input %x f32[4, 3]
+.input %ix i32[2]
+.output c f16[4, 3]
+.output n i32[4, 3]
+.output k i32[4]
+    ALLOC %c: f16[4, 3]
+    CAST %c, %x
+    ALLOC %h: f16[2, 3]
+    ISET r1, 1
+    SLICE %h, %c, 0, r1
+    ALLOC %one: f16[4, 1]
+    SLICE %one, %c, 1, r1
+    PUT@cpu %c, %one, 1, r1
+    SCATTER@gpu %c, %h, %ix
+    ISET r2, 2
+    PUT@gpu %c, %one, 1, r2
+    STORE c, %c
+    ALLOC %n: i32[4, 3]
+    CAST@gpu %n, %x
+    ISET r3, 7
+    ISET r4, 11
+    TSET@cpu %n, r3, r4
+    ISET r3, 2
+    TSET@gpu %n, r3, r4
+    STORE n, %n
+    ALLOC %k: i32[4]
+    ARGMAX@gpu %k, %c
+    STORE k, %k
+    FREE %k
+    FREE %n
+    FREE %one
+    FREE %h
+    FREE %c
+";
+    let x = awkward(16, 61, -9.0, 9.0)[..12].to_vec();
+    let inputs = [("x", f32s(&[4, 3], &x)), ("ix", i32s(&[2], &[3, 0]))];
+    let out = same_bits("partial writes across placements", &build(src), &inputs);
+    let n = out["n"].to_i32().unwrap();
+    assert_eq!((n[7], n[2]), (11, 11), "both TSETs landed");
 }

@@ -9,10 +9,16 @@
 //! Invariants:
 //! - Each temporary has one [`Valid`] state: which copy (host arena, device arena or both) holds
 //!   its current bytes. An instruction that reads a temporary first makes its own side valid
-//!   (a download or an upload), and leaves its destination valid on its side only.
+//!   (a download or an upload), and leaves its destination valid on its side only. A partial
+//!   write (PUT, SCATTER, TSET: `Insn::updates`) reads its destination too: that is made valid
+//!   on the writing side first, and its kernels write only their elements in place.
 //! - Kernels work on 32-bit words. 16-bit float operands are widened to f32 in scratch memory
 //!   and results rounded back with CAST's kernel, which is what the CPU's `float_op` does, so
-//!   the bits agree; 16-bit moves go through `unpack16`/`pack16`.
+//!   the bits agree; 16-bit moves go through `unpack16`/`pack16`, except SLICE and PUT, which
+//!   copy packed halves with `window16` (each word written whole by one invocation).
+//! - The decoder's instructions run on the device too: SLICE at a register offset, PUT,
+//!   SCATTER, TSET (the register values read when recorded) and ARGMAX; TGET writes a register,
+//!   so the host runs it on the tensor's downloaded bytes.
 //! - A source that is also the destination is copied to scratch first, unless the kernel reads
 //!   each element only at the index it writes (elementwise kernels).
 
@@ -100,15 +106,21 @@ pub(super) enum Valid {
     Both,
 }
 
-/// Status words for GATHER's bounds checks in one batch.
+/// Status words for the bounds checks of GATHER and SCATTER in one batch. The status buffer
+/// holds twice as many: word `STATUS_SLOTS + slot` is where SCATTER puts the bad index's value.
 const STATUS_SLOTS: u32 = 1024;
 
-/// A GATHER whose bounds check is pending until its batch runs.
-struct PendingGather {
+/// A GATHER or SCATTER whose bounds check is pending until its batch runs.
+struct PendingCheck {
     slot: u32,
     index: usize,
     indices: TensorId,
     rows: usize,
+    /// What the rows belong to in the error: GATHER's "table", SCATTER's "destination".
+    of: &'static str,
+    /// Whether the kernel wrote the bad index's value into word `STATUS_SLOTS + slot` (SCATTER);
+    /// else it is read on the host when the indices came from there.
+    value_on_device: bool,
 }
 
 /// The VM's device-side state.
@@ -124,7 +136,7 @@ pub(super) struct Gpu {
     scratch: Option<Arc<Buffer>>,
     scratch_used: u64,
     status: Arc<Buffer>,
-    gathers: Vec<PendingGather>,
+    checks: Vec<PendingCheck>,
     /// User kernels by KernelId, built on first use.
     user: Vec<Option<Arc<Kernel>>>,
     /// Per tensor id (temporaries): where the current bytes are.
@@ -146,7 +158,7 @@ impl Gpu {
             },
         };
         let rec = Recorder::new(exec.device())?;
-        let status = Arc::new(Buffer::new(exec.device(), u64::from(STATUS_SLOTS) * 4)?);
+        let status = Arc::new(Buffer::new(exec.device(), u64::from(STATUS_SLOTS) * 8)?);
         Ok(Some(Gpu {
             rec,
             consts: vec![None; p.tensors.len()],
@@ -155,7 +167,7 @@ impl Gpu {
             scratch: None,
             scratch_used: 0,
             status,
-            gathers: Vec::new(),
+            checks: Vec::new(),
             user: vec![None; p.kernels.len()],
             valid: vec![Valid::Nowhere; p.tensors.len()],
             pending_outputs: Vec::new(),
@@ -255,7 +267,7 @@ impl Gpu {
         }
         self.rec.clear_downloads();
         self.rec.begin_run();
-        self.gathers.clear();
+        self.checks.clear();
         self.pending_outputs.clear();
         self.valid.iter_mut().for_each(|v| *v = Valid::Nowhere);
         // Room for the last tensor's binding rounded up to whole words.
@@ -301,37 +313,48 @@ impl Gpu {
         Ok(s.ok_or_else(|| VulkanError::Invalid("no scratch buffer".into()))??)
     }
 
-    /// Submits the batch and waits; then checks the batch's GATHER bounds: Some((instruction,
-    /// message)) for the first out of range.
+    /// Submits the batch and waits; then checks the batch's GATHER and SCATTER bounds:
+    /// Some((instruction, message)) for the first out of range.
     fn flush(
         &mut self,
         vm_inputs: &[Option<super::HostTensor>],
         p: &Program,
     ) -> Result<Option<(usize, String)>, VulkanError> {
-        let status = match self.gathers.len() {
+        let n = self.checks.len() as u64;
+        let status = match n {
             0 => None,
-            n => Some(self.rec.download(&self.status.slice(0, n as u64 * 4)?)?),
+            n => {
+                let values = self.status.slice(u64::from(STATUS_SLOTS) * 4, n * 4)?;
+                Some((self.rec.download(&self.status.slice(0, n * 4)?)?, self.rec.download(&values)?))
+            }
         };
         self.rec.flush()?;
-        if let Some(d) = status {
-            let mut words = vec![0u8; self.gathers.len() * 4];
+        if let Some((d, dv)) = status {
+            let mut words = vec![0u8; n as usize * 4];
             self.rec.read(&d, &mut words)?;
             let words: Vec<u32> = bytemuck::pod_collect_to_vec(&words);
-            let gathers = std::mem::take(&mut self.gathers);
-            for g in &gathers {
+            let mut values = vec![0u8; n as usize * 4];
+            self.rec.read(&dv, &mut values)?;
+            let values: Vec<i32> = bytemuck::pod_collect_to_vec(&values);
+            let checks = std::mem::take(&mut self.checks);
+            for g in &checks {
                 let pos = words[g.slot as usize];
                 if pos != u32::MAX {
                     let name = &p.tensors[g.indices.0 as usize].name;
-                    // The value is known when the indices came from the host (inputs, constants).
-                    let value = host_i32(p, vm_inputs, g.indices, pos as usize);
+                    // SCATTER's kernel wrote the value; GATHER's is known when the indices came
+                    // from the host (inputs, constants).
+                    let value = match g.value_on_device {
+                        true => Some(values[g.slot as usize]),
+                        false => host_i32(p, vm_inputs, g.indices, pos as usize),
+                    };
                     let what = match value {
                         Some(v) => format!(
-                            "index {v} at position {pos} of `{name}` is outside the table's {} rows",
-                            g.rows
+                            "index {v} at position {pos} of `{name}` is outside the {}'s {} rows",
+                            g.of, g.rows
                         ),
                         None => format!(
-                            "the index at position {pos} of `{name}` is outside the table's {} rows",
-                            g.rows
+                            "the index at position {pos} of `{name}` is outside the {}'s {} rows",
+                            g.of, g.rows
                         ),
                     };
                     return Ok(Some((g.index, what)));
@@ -371,13 +394,7 @@ impl Vm {
             Insn::Kernel { .. } | Insn::GpuSync => return true,
             Insn::Store { src, .. } => return g.valid[src.0 as usize] == Valid::Device,
             Insn::Alloc { .. } => return false,
-            // The host runs these (see `record`): the partial writes and ARGMAX move little
-            // data, and TGET and TSET touch registers.
-            Insn::SliceR { .. }
-            | Insn::Put { .. }
-            | Insn::Scatter { .. }
-            | Insn::Tset { .. }
-            | Insn::Argmax { .. } => return false,
+            // TGET writes a register, not a tensor: the host reads it (`cpu_reads` downloads).
             _ if writes.is_none() => return false,
             _ => {}
         }
@@ -394,7 +411,9 @@ impl Vm {
                     }
                     _ => dst,
                 };
-                work >= AUTO_MIN_WORK || insn.reads().any(|t| g.valid[t.0 as usize] == Valid::Device)
+                // A partial write's destination counts as a source: it is read too.
+                work >= AUTO_MIN_WORK
+                    || insn.reads().chain(insn.updates()).any(|t| g.valid[t.0 as usize] == Valid::Device)
             }
         }
     }
@@ -605,6 +624,19 @@ impl Vm {
         Ok(s)
     }
 
+    /// Source `t` as stored, copied into scratch when it is `dst` (for the kernels that read
+    /// one place while writing another).
+    fn src_apart(&mut self, p: &Program, f: &Frame, t: TensorId, dst: TensorId) -> Result<Slice, VmError> {
+        let s = self.src(p, f, t)?;
+        if t != dst {
+            return Ok(s);
+        }
+        let g = self.gpu.as_mut().expect("device");
+        let c = g.scratch(s.len)?;
+        data::copy(g.exec.kernels(), &mut g.rec, &c, &s)?;
+        Ok(c)
+    }
+
     /// Runs `body` with an f32 destination for `dst` (scratch when `dst` is not f32, rounded
     /// into it afterwards with CAST's kernel).
     fn with_dst_f32(
@@ -628,7 +660,9 @@ impl Vm {
     }
 
     /// Runs `body` with a 32-bit destination for a move into `dst` (packed afterwards when
-    /// `dst` holds 16-bit data).
+    /// `dst` holds 16-bit data). For whole writes only: `dst` is marked valid on the device
+    /// alone and, for 16-bit data, every word of it is rewritten from the scratch, so a
+    /// partial write (PUT, SCATTER, TSET) never comes through here.
     fn with_dst_words(
         &mut self,
         f: &Frame,
@@ -745,21 +779,7 @@ impl Vm {
                     ));
                 }
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
-                let (dshape, sst) = (shape(f, dst), strides(&sh));
-                let s = self.src_words(p, f, src, dst)?;
-                self.with_dst_words(f, p, dst, |g, d| {
-                    data::strided_copy(
-                        g.exec.kernels(),
-                        &mut g.rec,
-                        d,
-                        0,
-                        &strides(&dshape),
-                        &s,
-                        start as usize * sst[ax],
-                        &sst,
-                        &dshape,
-                    )
-                })?;
+                self.gpu_slice(p, f, dst, src, ax, start as usize)?;
             }
             Insn::Concat { dst, a, b, axis } => {
                 let (sa, sb, so) = (shape(f, a), shape(f, b), shape(f, dst));
@@ -804,24 +824,7 @@ impl Vm {
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
                 let t = self.src_words(p, f, table, dst)?;
                 let ix = self.src(p, f, indices)?;
-                if self.gpu_mut().gathers.len() as u32 == STATUS_SLOTS {
-                    self.gpu_sync(p)?;
-                }
-                let g = self.gpu_mut();
-                let slot = g.gathers.len() as u32;
-                g.gathers.push(PendingGather { slot, index, indices, rows });
-                // The batch's first GATHER resets every slot at once. A binding at another
-                // slot's offset would break the device's storage-buffer offset alignment
-                // (256 bytes on most devices), so slots are never bound one by one.
-                if slot == 0 {
-                    data::fill(
-                        g.exec.kernels(),
-                        &mut g.rec,
-                        &g.status.whole(),
-                        STATUS_SLOTS as usize,
-                        u32::MAX,
-                    )?;
-                }
+                let slot = self.index_check(p, index, indices, rows, "table", false)?;
                 self.with_dst_words(f, p, dst, |g, d| {
                     data::gather(
                         g.exec.kernels(),
@@ -836,6 +839,129 @@ impl Vm {
                         slot,
                     )
                 })?;
+            }
+            Insn::SliceR { dst, src, axis, start } => {
+                let sh = shape(f, src);
+                let ax = norm_axis(axis, sh.len());
+                let len = f.shapes[dst.0 as usize][ax];
+                let at = self.window_start(index, f.regs[start.0 as usize], start, len, sh[ax], "slice")?;
+                cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                self.gpu_slice(p, f, dst, src, ax, at)?;
+            }
+            Insn::Put { dst, src, axis, start } => {
+                let dsh = shape(f, dst);
+                let ssh = shape(f, src);
+                let ax = norm_axis(axis, dsh.len());
+                let len = ssh[ax];
+                let at = self.window_start(index, f.regs[start.0 as usize], start, len, dsh[ax], "put")?;
+                cost.1 = 2 * n_of(f, src) * dt(dst).size() as u64;
+                let s = self.src_apart(p, f, src, dst)?;
+                // A partial write: the destination's current bytes on the device first, and no
+                // scratch in between, so the elements outside the window keep them.
+                self.src(p, f, dst)?;
+                let d = self.dst(f, dst)?;
+                let g = self.gpu_mut();
+                let k = g.exec.kernels();
+                if dt(dst).size() == 2 {
+                    let inner: usize = dsh[ax + 1..].iter().product();
+                    let runs = data::Runs {
+                        outer: dsh[..ax].iter().product(),
+                        len: len * inner,
+                        db: dsh[ax] * inner,
+                        dofs: at * inner,
+                        sb: len * inner,
+                        sofs: 0,
+                    };
+                    data::window16(k, &mut g.rec, &d, &s, runs)?;
+                } else {
+                    let dst_strides = strides(&dsh);
+                    let offset = at * dst_strides[ax];
+                    data::strided_copy(k, &mut g.rec, &d, offset, &dst_strides, &s, 0, &strides(&ssh), &ssh)?;
+                }
+            }
+            Insn::Scatter { dst, src, indices } => {
+                let dsh = shape(f, dst);
+                let n = dsh.last().copied().unwrap_or(1);
+                let total = n_of(f, dst) as usize;
+                let rows = total.checked_div(n).unwrap_or(0);
+                let count = n_of(f, indices) as usize;
+                let size = dt(dst).size();
+                cost.1 = 2 * n_of(f, src) * size as u64;
+                if count == 0 {
+                    return Ok((Flow::Next, cost));
+                }
+                let ix = self.src_apart(p, f, indices, dst)?;
+                // A partial write: the destination's current bytes on the device first.
+                let old = self.src(p, f, dst)?;
+                let slot = self.index_check(p, index, indices, rows, "destination", true)?;
+                let value_slot = STATUS_SLOTS + slot;
+                if size == 4 || n % 2 == 0 {
+                    // Whole rows of 32-bit words (16-bit rows of even length: n / 2 words),
+                    // written in place.
+                    let s = self.src_apart(p, f, src, dst)?;
+                    let d = self.dst(f, dst)?;
+                    let g = self.gpu_mut();
+                    let status = g.status.whole();
+                    let row = n * size / 4;
+                    data::scatter(
+                        g.exec.kernels(),
+                        &mut g.rec,
+                        &d,
+                        rows,
+                        row,
+                        &s,
+                        &ix,
+                        count,
+                        &status,
+                        slot,
+                        value_slot,
+                    )?;
+                } else {
+                    // 16-bit rows of odd length share words between rows: the destination is
+                    // unpacked to one element a word, scattered there and packed back whole
+                    // (its every element rewritten with the bits it had or was given).
+                    let s = self.src_words(p, f, src, dst)?;
+                    let d = self.dst(f, dst)?;
+                    let g = self.gpu_mut();
+                    let w = g.scratch(total as u64 * 4)?;
+                    let status = g.status.whole();
+                    let k = g.exec.kernels();
+                    data::unpack16(k, &mut g.rec, &w, &old, total)?;
+                    data::scatter(k, &mut g.rec, &w, rows, n, &s, &ix, count, &status, slot, value_slot)?;
+                    data::pack16(k, &mut g.rec, &d, &w, total)?;
+                }
+            }
+            Insn::Tset { dst, index: ix, value } => {
+                let at = f.regs[ix.0 as usize];
+                let n = n_of(f, dst);
+                if at < 0 || at as u64 >= n {
+                    // The CPU's message (`exec`'s TSET).
+                    return Err(self.runtime_error(
+                        index,
+                        format!(
+                            "index r{} = {at} is outside `{}`'s {n} elements",
+                            ix.0, p.tensors[dst.0 as usize].name
+                        ),
+                    ));
+                }
+                // Two's complement wrap to 32 bits, as the ISA says.
+                let bits = f.regs[value.0 as usize] as i32 as u32;
+                // A partial write: the other elements' current bytes on the device first.
+                self.src(p, f, dst)?;
+                let d = self.dst(f, dst)?;
+                let g = self.gpu_mut();
+                data::set_word(g.exec.kernels(), &mut g.rec, &d, at as usize, bits)?;
+            }
+            Insn::Argmax { dst, src } => {
+                let n = f.shapes[src.0 as usize].last().copied().unwrap_or(1);
+                cost = (n_of(f, src), n_of(f, src) * dt(src).size() as u64 + n_of(f, dst) * 4);
+                let rows = n_of(f, dst) as usize;
+                // Widened exactly (16-bit sources); the kernel orders the bits, so the widening's
+                // flushing of bf16 denormals changes nothing (they count as zeros anyway).
+                let x = self.src_f32(p, f, src, dst, false)?;
+                let d = self.dst(f, dst)?;
+                let g = self.gpu_mut();
+                data::argmax(g.exec.kernels(), &mut g.rec, &d, &x, rows, n)?;
             }
             Insn::Fill { dst, value } => {
                 cost.1 = n_of(f, dst) * dt(dst).size() as u64;
@@ -1094,8 +1220,7 @@ impl Vm {
             }
             Insn::GpuSync => self.gpu_sync(p)?,
             // Run by the host (`on_gpu` never places them on the device): control flow and
-            // registers, ALLOC and FREE, and the partial writes and register moves whose
-            // device kernels are not written yet.
+            // registers, ALLOC and FREE, and TGET (it writes a register).
             Insn::Nop
             | Insn::Halt
             | Insn::Jmp { .. }
@@ -1110,12 +1235,7 @@ impl Vm {
             | Insn::Ieq { .. }
             | Insn::Alloc { .. }
             | Insn::Free { .. }
-            | Insn::Tget { .. }
-            | Insn::Tset { .. }
-            | Insn::SliceR { .. }
-            | Insn::Put { .. }
-            | Insn::Scatter { .. }
-            | Insn::Argmax { .. } => {
+            | Insn::Tget { .. } => {
                 return Err(self.runtime_error(
                     index,
                     "internal: an instruction the host runs was placed on the GPU".into(),
@@ -1216,6 +1336,71 @@ impl Vm {
             rows::reduce_in(k, &mut g.rec, p.tier, op, d, &vx, &sh, ax, partials.as_ref(), &t)
         })?;
         Ok(cost)
+    }
+
+    /// Records SLICE (and SLICE at a register offset): `dst = src[..., start : start + len, ...]`
+    /// along axis `ax`, where len is dst's size there (bounds already checked). 32-bit data is
+    /// one strided copy; 16-bit data is copied as packed halves by `window16`, with no
+    /// widening of the source.
+    fn gpu_slice(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        src: TensorId,
+        ax: usize,
+        start: usize,
+    ) -> Result<(), VmError> {
+        let sh = f.shapes[src.0 as usize].clone();
+        let dshape = f.shapes[dst.0 as usize].clone();
+        let s = self.src_apart(p, f, src, dst)?;
+        let d = self.dst(f, dst)?;
+        let g = self.gpu_mut();
+        let k = g.exec.kernels();
+        if p.tensors[dst.0 as usize].dtype.size() == 2 {
+            let inner: usize = sh[ax + 1..].iter().product();
+            let len = dshape[ax] * inner;
+            let runs = data::Runs {
+                outer: sh[..ax].iter().product(),
+                len,
+                db: len,
+                dofs: 0,
+                sb: sh[ax] * inner,
+                sofs: start * inner,
+            };
+            data::window16(k, &mut g.rec, &d, &s, runs)?;
+        } else {
+            let sst = strides(&sh);
+            data::strided_copy(k, &mut g.rec, &d, 0, &strides(&dshape), &s, start * sst[ax], &sst, &dshape)?;
+        }
+        Ok(())
+    }
+
+    /// A status slot for the bounds check of a GATHER or SCATTER (instruction `index`, indices
+    /// `indices`, `rows` rows of its `of`; `value_on_device` where the kernel also writes the
+    /// bad index's value), reported by `flush` after the batch. A full set of
+    /// slots is flushed first; the batch's first check resets every slot at once (a binding
+    /// at another slot's offset would break the device's storage-buffer offset alignment,
+    /// 256 bytes on most devices, so slots are never bound one by one).
+    fn index_check(
+        &mut self,
+        p: &Program,
+        index: usize,
+        indices: TensorId,
+        rows: usize,
+        of: &'static str,
+        value_on_device: bool,
+    ) -> Result<u32, VmError> {
+        if self.gpu_mut().checks.len() as u32 == STATUS_SLOTS {
+            self.gpu_sync(p)?;
+        }
+        let g = self.gpu_mut();
+        let slot = g.checks.len() as u32;
+        g.checks.push(PendingCheck { slot, index, indices, rows, of, value_on_device });
+        if slot == 0 {
+            data::fill(g.exec.kernels(), &mut g.rec, &g.status.whole(), STATUS_SLOTS as usize, u32::MAX)?;
+        }
+        Ok(slot)
     }
 
     fn gpu_mut(&mut self) -> &mut Gpu {

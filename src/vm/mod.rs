@@ -695,7 +695,7 @@ impl Vm {
             Insn::Scatter { dst, src, indices } => {
                 let dshape = &f.shapes[dst.0 as usize];
                 let n = dshape.last().copied().unwrap_or(1);
-                let rows = if n == 0 { 0 } else { n_of(f, dst) as usize / n };
+                let rows = (n_of(f, dst) as usize).checked_div(n).unwrap_or(0);
                 let row = n * dt(dst).size();
                 cost.1 = 2 * n_of(f, src) * dt(dst).size() as u64;
                 let mut bad = None;

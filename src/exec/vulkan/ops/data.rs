@@ -1,6 +1,7 @@
 //! Launchers of the data-movement and elementwise kernels (strict tier): unary and binary float
 //! math, their i32 forms, FILL, RAND, CAST, the 16-bit pack/unpack moves, strided copies (COPY,
-//! RESHAPE, SLICE, CONCAT, TRANSPOSE) and GATHER.
+//! RESHAPE, SLICE, CONCAT, TRANSPOSE, PUT), GATHER, and the decoder's SCATTER, 16-bit windows
+//! (PUT, SLICE at a register offset), TSET's one word and ARGMAX.
 //!
 //! Each launcher checks its arguments (ranks, sizes, that every word it touches lies inside its
 //! slice, that counts fit the kernels' u32 indices) and returns [`VulkanError::Invalid`] rather
@@ -668,4 +669,155 @@ pub fn gather(
         [Binding::write(dst), Binding::read(table), Binding::read(indices), Binding::write(status)];
     let kernel = k.specialized("gather", &[u32::from(quads)])?;
     launch_kernel(rec, &kernel, &bindings, &push, (total / unit).max(count as u64))
+}
+
+/// SCATTER: `dst[indices[i], :] = src[i, :]` for i in 0..count, rows of `row` 32-bit words,
+/// `dst` of `rows` rows, `indices` i32; rows no index names keep their values, and where
+/// indices repeat the highest i wins (`reference::scatter`). When any index lies outside
+/// `0..rows` nothing is written, the smallest such position goes into `status[slot]` and its
+/// index into `status[value_slot]` (the caller fills the slot with 0xFFFFFFFF first and
+/// reports it after the batch, as for [`gather`]). `src` must not share bytes with `dst`. One
+/// workgroup per source row, each reading all `count` indices (shaders/scatter.comp says why
+/// that is deterministic).
+#[allow(clippy::too_many_arguments)]
+pub fn scatter(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    rows: usize,
+    row: usize,
+    src: &Slice,
+    indices: &Slice,
+    count: usize,
+    status: &Slice,
+    slot: u32,
+    value_slot: u32,
+) -> Result<(), VulkanError> {
+    if count == 0 {
+        return Ok(());
+    }
+    let src_words = (count as u64)
+        .checked_mul(row as u64)
+        .ok_or_else(|| invalid(format!("{count} rows of {row} words overflow")))?;
+    let dst_words = (rows as u64)
+        .checked_mul(row as u64)
+        .ok_or_else(|| invalid(format!("{rows} rows of {row} words overflow")))?;
+    to_u32(src_words, "the source's word count")?;
+    to_u32(dst_words, "the destination's word count")?;
+    let push = [
+        to_u32(count as u64, "the index count")?,
+        to_u32(rows as u64, "the destination's row count")?,
+        to_u32(row as u64, "the row length")?,
+        slot,
+        value_slot,
+    ];
+    fits(dst, "the destination", dst_words)?;
+    fits(src, "the source", src_words)?;
+    fits(indices, "the indices", count as u64)?;
+    fits(status, "the status buffer", u64::from(slot.max(value_slot)) + 1)?;
+    let bindings = [Binding::write(dst), Binding::read(src), Binding::read(indices), Binding::write(status)];
+    let groups = groups_for(rec.device(), count as u64, 1);
+    rec.dispatch(&k.get("scatter")?, &bindings, &push, groups)
+}
+
+/// One window copy between packed 16-bit tensors (see [`window16`]): `outer` runs of `len`
+/// elements, run o at element `o * db + dofs` of the destination and `o * sb + sofs` of the
+/// source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Runs {
+    pub outer: usize,
+    pub len: usize,
+    pub db: usize,
+    pub dofs: usize,
+    pub sb: usize,
+    pub sofs: usize,
+}
+
+/// Copies the 16-bit elements of `runs` from `src` into `dst` (both packed two per word,
+/// element 2k in the low half): PUT into a window of `dst` and SLICE at a register offset on
+/// f16 and bf16, without widening either tensor. Every element of `dst` outside the runs
+/// keeps its bits, the other half of a word the runs cover in part included: each word has
+/// one writer (shaders/window16.comp), which reads and rewrites it. `src` must not share
+/// bytes with `dst`; runs must not overlap (`db >= len` and `sb >= len`).
+pub fn window16(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    src: &Slice,
+    runs: Runs,
+) -> Result<(), VulkanError> {
+    let Runs { outer, len, db, dofs, sb, sofs } = runs;
+    if outer == 0 || len == 0 {
+        return Ok(());
+    }
+    if db < len || sb < len {
+        return Err(invalid(format!("runs of {len} elements every {db} (dst) and {sb} (src) overlap")));
+    }
+    let last = |block: usize, ofs: usize| {
+        (outer as u64 - 1)
+            .checked_mul(block as u64)
+            .and_then(|v| v.checked_add(ofs as u64 + len as u64))
+            .ok_or_else(|| invalid("a window copy's addresses overflow".to_string()))
+    };
+    let (dst_end, src_end) = (last(db, dofs)?, last(sb, sofs)?);
+    // The kernel computes element indices (one past the last, doubled words) in u32.
+    to_u32(dst_end + 1, "the destination's last element")?;
+    to_u32(src_end, "the source's last element")?;
+    fits(dst, "the destination", dst_end.div_ceil(2))?;
+    fits(src, "the source", src_end.div_ceil(2))?;
+    let wpr = len as u64 / 2 + 1;
+    let items = to_u32(outer as u64 * wpr, "the window's word count")?;
+    let push = [
+        items,
+        wpr as u32,
+        outer as u32,
+        len as u32,
+        to_u32(db as u64, "the destination's run stride")?,
+        dofs as u32,
+        to_u32(sb as u64, "the source's run stride")?,
+        sofs as u32,
+    ];
+    launch(k, rec, "window16", &[Binding::write(dst), Binding::read(src)], &push, u64::from(items))
+}
+
+/// `dst[at] = bits` for one 32-bit word of `dst` (TSET); the rest of `dst` is untouched.
+pub fn set_word(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    at: usize,
+    bits: u32,
+) -> Result<(), VulkanError> {
+    fits(dst, "the destination", at as u64 + 1)?;
+    let push = [to_u32(at as u64, "the element index")?, bits];
+    rec.dispatch(&k.get("set_word")?, &[Binding::write(dst)], &push, [1, 1, 1])
+}
+
+/// ARGMAX: `dst[r]` = the index (i32) of the largest of the `n` f32 values of row r of `x`,
+/// for `rows` rows: `reference::argmax` — the lowest index among equal values, NaN above
+/// every number (the first NaN wins), -0 equal to +0 and denormals counted as zeros of their
+/// sign, decided on the bits (shaders/argmax.comp), so every device agrees. An empty row
+/// (`n == 0`) gives -1.
+pub fn argmax(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    x: &Slice,
+    rows: usize,
+    n: usize,
+) -> Result<(), VulkanError> {
+    if rows == 0 {
+        return Ok(());
+    }
+    if n == 0 {
+        return fill(k, rec, dst, rows, u32::MAX);
+    }
+    let total =
+        (rows as u64).checked_mul(n as u64).ok_or_else(|| invalid(format!("{rows} rows of {n} overflow")))?;
+    to_u32(total, "the source's element count")?;
+    fits(dst, "the destination", rows as u64)?;
+    fits(x, "the source", total)?;
+    let push = [rows as u32, n as u32];
+    let groups = groups_for(rec.device(), rows as u64, 1);
+    rec.dispatch(&k.get("argmax")?, &[Binding::write(dst), Binding::read(x)], &push, groups)
 }
