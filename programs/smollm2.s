@@ -65,6 +65,7 @@
 .output tokens i32[B, MAXNEW]
 .output logits f32[B, KEEP, VOCAB]
 
+.vocab gguf("${WEIGHTS}")                       ; the tokenizer, for `adeadvm generate --prompt`
 .const %embed f32[VOCAB, D] = gguf("${WEIGHTS}", "token_embd.weight")
 .const %out_norm f32[D] = gguf("${WEIGHTS}", "output_norm.weight")
 .rept l ${L}

@@ -102,6 +102,8 @@ pub struct Tokenizer {
     add_bos: bool,
     /// The system message the chat template adds when the conversation has none.
     default_system: Option<String>,
+    /// Whether the chat template is ChatML.
+    chatml: bool,
 }
 
 /// GPT-2's byte characters: printable bytes (`!`..=`~`, `¡`..=`¬`, `®`..=`ÿ`) stand for
@@ -243,7 +245,9 @@ impl Tokenizer {
                 expected: "a bool",
             })?,
         };
-        let default_system = file.get_str("tokenizer.chat_template").and_then(default_system_message);
+        let template = file.get_str("tokenizer.chat_template");
+        let chatml = template.is_some_and(|t| t.contains("<|im_start|>"));
+        let default_system = template.and_then(default_system_message);
         Ok(Tokenizer {
             bos: opt_id(file, "tokenizer.ggml.bos_token_id", n)?,
             eos: opt_id(file, "tokenizer.ggml.eos_token_id", n)?,
@@ -261,6 +265,7 @@ impl Tokenizer {
             pattern: Regex::new(GPT2_PATTERN).expect("the GPT-2 pattern is valid"),
             add_bos,
             default_system,
+            chatml,
         })
     }
 
@@ -450,6 +455,12 @@ impl Tokenizer {
     /// Ids -> text ([`Tokenizer::decode_bytes`], invalid UTF-8 replaced by U+FFFD).
     pub fn decode(&self, ids: &[u32]) -> String {
         String::from_utf8_lossy(&self.decode_bytes(ids)).into_owned()
+    }
+
+    /// Whether the vocabulary's `tokenizer.chat_template` is ChatML (`<|im_start|>` turns), the
+    /// form [`Tokenizer::chat_prompt`] writes.
+    pub fn has_chatml_template(&self) -> bool {
+        self.chatml
     }
 
     /// The prompt for one user message in ChatML, as the model's chat template renders it with

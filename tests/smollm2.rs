@@ -99,10 +99,47 @@ fn write_gguf(path: &Path, tensors: &[(String, Vec<usize>, Vec<f32>)]) {
     b.extend(b"GGUF");
     b.extend(3u32.to_le_bytes());
     b.extend((tensors.len() as u64).to_le_bytes());
-    b.extend(1u64.to_le_bytes());
-    s(&mut b, "general.architecture");
-    b.extend(8u32.to_le_bytes()); // string
-    s(&mut b, "llama");
+    b.extend(8u64.to_le_bytes());
+    let string = |b: &mut Vec<u8>, key: &str, v: &str| {
+        s(b, key);
+        b.extend(8u32.to_le_bytes());
+        s(b, v);
+    };
+    string(&mut b, "general.architecture", "llama");
+    // A tiny byte-level vocabulary: three control tokens, then space (GPT-2's `Ġ`), a-z, A-Z
+    // and 0-4, one byte each, and no merges.
+    let mut tokens: Vec<String> = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"].map(String::from).to_vec();
+    tokens.push("\u{120}".into());
+    tokens.extend(('a'..='z').chain('A'..='Z').chain('0'..='4').map(String::from));
+    assert_eq!(tokens.len(), VOCAB);
+    string(&mut b, "tokenizer.ggml.model", "gpt2");
+    string(&mut b, "tokenizer.ggml.pre", "gpt2");
+    s(&mut b, "tokenizer.ggml.tokens");
+    b.extend(9u32.to_le_bytes());
+    b.extend(8u32.to_le_bytes());
+    b.extend((tokens.len() as u64).to_le_bytes());
+    for t in &tokens {
+        s(&mut b, t);
+    }
+    s(&mut b, "tokenizer.ggml.token_type");
+    b.extend(9u32.to_le_bytes());
+    b.extend(5u32.to_le_bytes()); // i32
+    b.extend((tokens.len() as u64).to_le_bytes());
+    for i in 0..tokens.len() {
+        b.extend((if i < 3 { 3i32 } else { 1 }).to_le_bytes());
+    }
+    s(&mut b, "tokenizer.ggml.merges");
+    b.extend(9u32.to_le_bytes());
+    b.extend(8u32.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    s(&mut b, "tokenizer.ggml.eos_token_id");
+    b.extend(4u32.to_le_bytes());
+    b.extend(2u32.to_le_bytes());
+    string(
+        &mut b,
+        "tokenizer.chat_template",
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}",
+    );
     let mut offset = 0u64;
     for (name, shape, values) in tensors {
         s(&mut b, name);
@@ -450,10 +487,7 @@ fn the_generate_command_prints_ids_records_and_replays() {
     let json = String::from_utf8(out.stdout).unwrap();
     let (want, _) = reference(&t.weights, &[3, 17, 42, 5], 6);
     let ids: Vec<String> = want.iter().map(u32::to_string).collect();
-    assert!(
-        json.starts_with(&format!("{{\"ids\": [{}], \"text\": null, \"stopped\": false, ", ids.join(", "))),
-        "{json}"
-    );
+    assert!(json.starts_with(&format!("{{\"ids\": [{}], \"text\": ", ids.join(", "))), "{json}");
     assert!(json.contains("\"gen_tokens_per_s\": "), "{json}");
     let l = adeadvm::npy::read(&logits, None).unwrap();
     assert_eq!(l.shape, [KEEP, VOCAB]);
@@ -469,12 +503,39 @@ fn the_generate_command_prints_ids_records_and_replays() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // A text prompt needs a vocabulary, which this program does not carry.
-    let out = adeadvm().args(["generate", bib.to_str().unwrap(), "--prompt", "hello"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        "error: this program carries no vocabulary (assemble it with `.vocab gguf(...)`), so give --prompt-ids instead of --prompt\n"
+    // A text prompt goes through the vocabulary the program carries (`.vocab`): "hi Bo" is the
+    // ids of h, i, space, B, o in the tiny vocabulary; the answer is decoded back to text.
+    let run = |args: &[&str]| {
+        let out = adeadvm()
+            .args(["generate", bib.to_str().unwrap(), "--backend", "cpu", "--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(&["--prompt", "hi Bo", "--raw", "--max-tokens", "5", "--ignore-eos"]);
+    let ids = run(&["--prompt-ids", "11,12,3,31,18", "--max-tokens", "5", "--ignore-eos"]);
+    let (want, _) = reference(&t.weights, &[11, 12, 3, 31, 18], 5);
+    let chars: String = want
+        .iter()
+        .map(|&i| match i {
+            3 => ' ',
+            4..=29 => (b'a' + (i - 4) as u8) as char,
+            30..=55 => (b'A' + (i - 30) as u8) as char,
+            56..=60 => (b'0' + (i - 56) as u8) as char,
+            _ => '?',
+        })
+        .collect();
+    assert!(!want.iter().any(|&i| i < 3), "the check below assumes no control token was generated: {want:?}");
+    let ids_json: Vec<String> = want.iter().map(u32::to_string).collect();
+    assert!(
+        text.starts_with(&format!("{{\"ids\": [{}], \"text\": \"{chars}\"", ids_json.join(", "))),
+        "{text}"
+    );
+    assert!(
+        ids.starts_with(&format!("{{\"ids\": [{}], \"text\": \"{chars}\"", ids_json.join(", "))),
+        "{ids}"
     );
     let out = adeadvm().args(["generate", bib.to_str().unwrap(), "--prompt-ids", "1,x"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -27,7 +27,9 @@ pub struct GenerateArgs {
     /// A prompt as comma-separated token ids (`1,2,3`); repeatable, after the --prompt ones.
     #[arg(long, value_name = "IDS", value_parser = parse_ids)]
     prompt_ids: Vec<Vec<i64>>,
-    /// Send text prompts as they are, without the chat template the vocabulary carries.
+    /// Send text prompts as they are, without the chat template the vocabulary carries (by
+    /// default a text prompt is wrapped as one user turn of a ChatML template, and the model's
+    /// answer follows).
     #[arg(long)]
     raw: bool,
     /// Tokens to generate per prompt at most.
@@ -85,7 +87,9 @@ pub fn cmd_generate(a: GenerateArgs) -> Result<()> {
         let Some(tok) = &vocab else {
             bail!("this program carries no vocabulary (assemble it with `.vocab gguf(...)`), so give --prompt-ids instead of --prompt");
         };
-        let text = if a.raw { text.clone() } else { tok.chat_prompt(text) };
+        // The chat template when the vocabulary has a ChatML one (SmolLM2-Instruct's), else the
+        // text as it is.
+        let text = if a.raw || !tok.has_chatml_template() { text.clone() } else { tok.chat_prompt(text) };
         prompts.push(tok.encode(&text).into_iter().map(i64::from).collect());
     }
     prompts.extend(a.prompt_ids.iter().cloned());
