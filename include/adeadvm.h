@@ -140,6 +140,41 @@ enum AdeadvmStatus adeadvm_program_tensor_name(const struct AdeadvmProgram *prog
                                                size_t index,
                                                const char **name);
 
+// The end-of-text token id of the vocabulary the program carries (where generation stops).
+//
+// # Safety
+// `program` is a live handle; `id` is writable.
+enum AdeadvmStatus adeadvm_program_eos_id(const struct AdeadvmProgram *program, uint32_t *id);
+
+// Token ids of `text` in the vocabulary the program carries; with `chat` != 0 the text is first
+// wrapped as one user turn of the vocabulary's ChatML template (when it has one). Writes up to
+// `cap` ids to `ids` and the count to `*n` (`ADEADVM_STATUS_BUFFER_TOO_SMALL` with `*n` set
+// when `cap` < count).
+//
+// # Safety
+// `program` is a live handle; `text` a NUL-terminated string; `ids` points to `cap` writable
+// values (may be NULL when `cap` is 0); `n` is writable.
+enum AdeadvmStatus adeadvm_program_tokenize(const struct AdeadvmProgram *program,
+                                            const char *text,
+                                            uint32_t chat,
+                                            int32_t *ids,
+                                            size_t cap,
+                                            size_t *n);
+
+// The UTF-8 text of `n` token ids in the program's vocabulary (bytes that do not form UTF-8
+// become U+FFFD). Writes up to `cap` bytes to `buf` (no NUL added) and the length to `*len`
+// (`ADEADVM_STATUS_BUFFER_TOO_SMALL` with `*len` set when `cap` < length).
+//
+// # Safety
+// `program` is a live handle; `ids` points to `n` values (may be NULL when `n` is 0); `buf` to
+// `cap` writable bytes (may be NULL when `cap` is 0); `len` is writable.
+enum AdeadvmStatus adeadvm_program_detokenize(const struct AdeadvmProgram *program,
+                                              const int32_t *ids,
+                                              size_t n,
+                                              char *buf,
+                                              size_t cap,
+                                              size_t *len);
+
 // Frees a program handle (NULL is ignored). Sessions made from it stay usable.
 //
 // # Safety

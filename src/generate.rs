@@ -3,9 +3,9 @@
 //!
 //! A *generation program* declares this interface (checked by [`GenerationProgram::new`]):
 //! - inputs `feed` i32[N, B] (`feed[j, b]` = token j of prompt b while j is inside it, else -1),
-//!   `prefix` i32[B, P] (the first P tokens of every prompt, P = the shortest prompt's length
-//!   - 1: the block the program processes at once before its decode steps), `lens` i32[B],
-//!   `max_new` i32[1] and `stop` i32[1] (the end token, or -1 for none);
+//!   `prefix` i32[B, P] (the first P tokens of every prompt, P being the shortest prompt's
+//!   length minus one: the block the program processes at once before its decode steps),
+//!   `lens` i32[B], `max_new` i32[1] and `stop` i32[1] (the end token, or -1 for none);
 //! - outputs `tokens` i32[B, MAXNEW] (the generated ids, -1 where none) and `logits`
 //!   f32[B, KEEP, V] (the logits that chose each sequence's first KEEP tokens);
 //! - optionally a constant `ctx_len` i32[1]: the most positions its cache holds;

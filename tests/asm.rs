@@ -362,7 +362,7 @@ fn example_programs_verify() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let src = std::fs::read_to_string(&path).unwrap();
         let tiny = tempfile::tempdir().unwrap();
-        let defines = common::minilm_tiny_defines(&path, tiny.path());
+        let defines = common::example_defines(&path, tiny.path());
         let defines = defines.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         let opts = AsmOptions { defines, base_dir: dir.clone() };
         let p = assemble(&src, &name, &opts).unwrap_or_else(|e| panic!("{e}"));

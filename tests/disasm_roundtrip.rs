@@ -80,8 +80,8 @@ fn every_program_round_trips() {
             // minilm_l6.s needs -D WEIGHTS=model.safetensors: a tiny model of the same structure
             // keeps the all-inline round trip small (the real one has 23 M weights).
             let tiny = tempfile::tempdir().unwrap();
-            let defines = common::minilm_tiny_defines(&path, tiny.path());
-            let defines: Vec<(&str, &str)> = defines.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let defines = common::example_defines(&path, tiny.path());
+            let defines: Vec<(&str, &str)> = defines.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let p = asm_file(&path, &defines);
             round_trip(&p);
             n += 1;

@@ -123,6 +123,15 @@ def _load_lib():
                     ctypes.POINTER(ctypes.c_uint8),
                 ],
             ),
+            "adeadvm_program_eos_id": (st, [P, ctypes.POINTER(ctypes.c_uint32)]),
+            "adeadvm_program_tokenize": (
+                st,
+                [P, ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_int32), sz, ctypes.POINTER(sz)],
+            ),
+            "adeadvm_program_detokenize": (
+                st,
+                [P, ctypes.POINTER(ctypes.c_int32), sz, ctypes.c_char_p, sz, ctypes.POINTER(sz)],
+            ),
             "adeadvm_session_free": (None, [P]),
         }
         for name, (res, args) in sigs.items():
@@ -239,17 +248,54 @@ class VM:
             _check(self._lib.adeadvm_session_run(self._session))
             return {name: self._output(name) for name in self._program.outputs}
 
-    def generate(self, prompts, max_new, stop=None):
+    @property
+    def eos_id(self):
+        """The end-of-text token of the vocabulary the program carries (`.vocab`)."""
+        v = ctypes.c_uint32()
+        _check(self._lib.adeadvm_program_eos_id(self._program.handle, ctypes.byref(v)))
+        return v.value
+
+    def tokenize(self, text, chat=False):
+        """Token ids of `text` in the program's vocabulary; with chat=True the text is first wrapped
+        as one user turn of the vocabulary's ChatML template (when it has one)."""
+        n = ctypes.c_size_t()
+        raw = text.encode("utf-8")
+        status = self._lib.adeadvm_program_tokenize(self._program.handle, raw, int(chat), None, 0, ctypes.byref(n))
+        if status != OK and n.value == 0:
+            _check(status)
+        ids = (ctypes.c_int32 * max(n.value, 1))()
+        _check(self._lib.adeadvm_program_tokenize(self._program.handle, raw, int(chat), ids, n.value, ctypes.byref(n)))
+        return list(ids[: n.value])
+
+    def detokenize(self, ids):
+        """The text of token ids in the program's vocabulary."""
+        ids = [int(t) for t in ids]
+        arr = (ctypes.c_int32 * max(len(ids), 1))(*ids)
+        n = ctypes.c_size_t()
+        status = self._lib.adeadvm_program_detokenize(self._program.handle, arr, len(ids), None, 0, ctypes.byref(n))
+        if status != OK and n.value == 0:
+            _check(status)
+        buf = ctypes.create_string_buffer(max(n.value, 1))
+        _check(self._lib.adeadvm_program_detokenize(self._program.handle, arr, len(ids), buf, n.value, ctypes.byref(n)))
+        return buf.raw[: n.value].decode("utf-8")
+
+    def generate(self, prompts, max_new, stop=None, chat=True):
         """Greedy generation with a generation program (programs/smollm2.s).
 
-        prompts: a list of prompts, each a list of token ids; they run as one batch, and each
-        prompt's result is the same bits as when it runs alone. max_new: tokens to generate per
-        prompt at most. stop: the end-of-text id (None: exactly max_new tokens).
+        prompts: a list of prompts, each a list of token ids or a string (tokenized with the
+        program's vocabulary, as one ChatML user turn when chat=True and the vocabulary has that
+        template); they run as one batch, and each prompt's result is the same bits as when it
+        runs alone. max_new: tokens to generate per prompt at most. stop: the end-of-text id, or
+        "eos" for the vocabulary's (None: exactly max_new tokens).
         Returns one dict per prompt: "ids" (the generated ids, without the stop token),
-        "stopped" (whether it ended on `stop`) and "logits" (float32 [kept, vocab]: the logits
-        that chose its first tokens, as many as the program keeps).
+        "stopped" (whether it ended on `stop`), "logits" (float32 [kept, vocab]: the logits
+        that chose its first tokens, as many as the program keeps) and, for string prompts,
+        "text" (the generated ids decoded).
         """
-        prompts = [[int(t) for t in p] for p in prompts]
+        texts = [isinstance(p, str) for p in prompts]
+        prompts = [self.tokenize(p, chat) if t else [int(x) for x in p] for p, t in zip(prompts, texts)]
+        if stop == "eos":
+            stop = self.eos_id
         n = len(prompts)
         flat = [t for p in prompts for t in p]
         ids = (ctypes.c_int64 * max(len(flat), 1))(*flat)
@@ -276,9 +322,10 @@ class VM:
             row = [out[k * max_new + i] for i in range(max_new)]
             got = [t for t in row if t >= 0]
             made = len(got) + (1 if stopped[k] else 0)
-            results.append(
-                {"ids": got, "stopped": bool(stopped[k]), "logits": logits[k, : min(made, logits.shape[1])].copy()}
-            )
+            r = {"ids": got, "stopped": bool(stopped[k]), "logits": logits[k, : min(made, logits.shape[1])].copy()}
+            if texts[k]:
+                r["text"] = self.detokenize(got)
+            results.append(r)
         return results
 
     def _set_input(self, name, value):

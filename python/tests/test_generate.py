@@ -28,8 +28,22 @@ def write_gguf(path, tensors):
         b = text.encode()
         return struct.pack("<Q", len(b)) + b
 
-    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 1) + s("general.architecture")
-    out += struct.pack("<I", 8) + s("llama")
+    # A byte-level vocabulary of 61 tokens: three control tokens, then space (GPT-2's U+0120),
+    # a-z, A-Z and 0-4, and no merges.
+    tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "\u0120"]
+    tokens += [chr(c) for c in range(ord("a"), ord("z") + 1)] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    tokens += [chr(c) for c in range(ord("0"), ord("4") + 1)]
+    assert len(tokens) == SIZES["VOCAB"]
+    kv = [("general.architecture", struct.pack("<I", 8) + s("llama")),
+          ("tokenizer.ggml.model", struct.pack("<I", 8) + s("gpt2")),
+          ("tokenizer.ggml.tokens", struct.pack("<IIQ", 9, 8, len(tokens)) + b"".join(s(t) for t in tokens)),
+          ("tokenizer.ggml.token_type", struct.pack("<IIQ", 9, 5, len(tokens))
+           + b"".join(struct.pack("<i", 3 if i < 3 else 1) for i in range(len(tokens)))),
+          ("tokenizer.ggml.merges", struct.pack("<IIQ", 9, 8, 0)),
+          ("tokenizer.ggml.eos_token_id", struct.pack("<II", 4, 2))]
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kv))
+    for key, value in kv:
+        out += s(key) + value
     offset = 0
     for name, a in tensors:
         out += s(name) + struct.pack("<I", a.ndim)
@@ -121,3 +135,18 @@ def test_generate_errors_are_the_vm_messages(tiny_bib):
     with pytest.raises(adeadvm.Error) as e:
         mlp.generate([[1]], 2)
     assert "is not a generation program" in str(e.value)
+
+
+def test_text_prompts_go_through_the_vocabulary_the_program_carries(tiny_bib):
+    vm = adeadvm.load(str(tiny_bib), backend="cpu")
+    # h, i, space, B, o in the tiny vocabulary (the order written above).
+    assert vm.tokenize("hi Bo") == [11, 12, 3, 31, 18]
+    assert vm.detokenize([11, 12, 3, 31, 18]) == "hi Bo"
+    assert vm.eos_id == 2
+    by_text = vm.generate(["hi Bo"], 6, chat=False)[0]
+    by_ids = vm.generate([[11, 12, 3, 31, 18]], 6)[0]
+    assert by_text["ids"] == by_ids["ids"]
+    assert by_text["text"] == vm.detokenize(by_ids["ids"])
+    with pytest.raises(adeadvm.Error) as e:
+        vm.detokenize([61])
+    assert "token id 61 is outside the vocabulary of 61 tokens" in str(e.value)

@@ -769,7 +769,13 @@ fn load_gguf(
 pub fn gguf_vocab(files: &FileCache, base: &Path, value: &Arg) -> Result<Vec<u8>, Diag> {
     let args = match &value.node {
         ArgNode::Call { name, args } if name.node == "gguf" => args,
-        _ => return Err(wrong_value(value, "`gguf(\"path\")`, the model whose vocabulary to carry")),
+        ArgNode::Call { name, args } if name.node == "hex" => return vocab_hex(value, args),
+        _ => {
+            return Err(wrong_value(
+                value,
+                "`gguf(\"path\")`, the model whose vocabulary to carry, or `hex(\"...\")`",
+            ))
+        }
     };
     let [p] = args.as_slice() else {
         return Err(Diag::other(
@@ -786,6 +792,35 @@ pub fn gguf_vocab(files: &FileCache, base: &Path, value: &Arg) -> Result<Vec<u8>
     })?;
     crate::tokenizer::Tokenizer::from_gguf(&small)
         .map_err(|e| Diag::other(format!("`{path}` has no usable vocabulary: {e}"), "read here", span))?;
+    Ok(bytes)
+}
+
+/// `.vocab hex("...")`: the vocabulary file's bytes as hex digits (the disassembler's inline form).
+fn vocab_hex(value: &Arg, args: &[Arg]) -> Result<Vec<u8>, Diag> {
+    let [Arg { node: ArgNode::Str(text), span }] = args else {
+        return Err(Diag::other(
+            "wrong arguments to `hex(...)`",
+            "expected `hex(\"0123...\")`",
+            value.span.clone(),
+        ));
+    };
+    let digits = text.as_bytes();
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    if digits.len() % 2 != 0 || digits.iter().any(|&c| nibble(c).is_none()) {
+        return Err(Diag::other(
+            "`hex(...)` takes an even number of hex digits",
+            "not hex bytes",
+            span.clone(),
+        ));
+    }
+    let bytes: Vec<u8> =
+        digits.chunks_exact(2).filter_map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?)).collect();
+    let small = crate::gguf::GgufFile::from_bytes(bytes.clone()).map_err(|e| {
+        Diag::other(format!("the vocabulary is not a GGUF file: {e}"), "in these bytes", span.clone())
+    })?;
+    crate::tokenizer::Tokenizer::from_gguf(&small).map_err(|e| {
+        Diag::other(format!("the vocabulary is not usable: {e}"), "in these bytes", span.clone())
+    })?;
     Ok(bytes)
 }
 

@@ -1,7 +1,8 @@
 //! The disassembler: a [`Program`] back to canonical assembly that [`super::assemble`] turns
 //! into identical bytes (`to_bytes`).
 //!
-//! Layout of the output: `.file`, `.tier`, `.dim` (every symbol, in order), every tensor-table
+//! Layout of the output: `.file`, `.tier`, `.vocab` (if the program carries one: `vocab.gguf`
+//! in the data folder, or inline as `hex("...")`), `.dim` (every symbol, in order), every tensor-table
 //! entry in id order (`.input` / `.const` / `.tensor`), `.output`s, `.spirv` modules (as
 //! `words(...)`), `.kernel`s, then the code: labels from the debug info, `.loc N` before each
 //! instruction (so source lines survive), the mnemonic with its placement, the required
@@ -297,6 +298,23 @@ impl Dis<'_> {
         let _ = writeln!(out, "; disassembled by adeadvm {}", env!("CARGO_PKG_VERSION"));
         let _ = writeln!(out, ".file {}", quote(&p.debug.source));
         let _ = writeln!(out, ".tier {}", p.tier.name());
+        if !p.vocab.is_empty() {
+            // The vocabulary: a GGUF file in the data folder, else its bytes in hex.
+            let _ = match &self.opts.data_dir {
+                Some(dir) => {
+                    let file = dir.join("vocab.gguf");
+                    let io =
+                        |source: std::io::Error| DisasmError::Io { path: file.display().to_string(), source };
+                    std::fs::create_dir_all(dir).map_err(io)?;
+                    crate::output::write_atomically(&file, &p.vocab).map_err(io)?;
+                    writeln!(out, ".vocab gguf({})", quote(&relative(&file, &self.opts.asm_dir)))
+                }
+                None => {
+                    let hex: String = p.vocab.iter().map(|b| format!("{b:02x}")).collect();
+                    writeln!(out, ".vocab hex(\"{hex}\")")
+                }
+            };
+        }
         if !p.syms.is_empty() {
             let _ = writeln!(out, ".dim {}", p.syms.join(", "));
         }

@@ -404,6 +404,138 @@ pub unsafe extern "C" fn adeadvm_program_tensor_name(
     })
 }
 
+/// The tokenizer of the vocabulary a program carries (`.vocab`), or a failure saying it has none.
+fn program_tokenizer(p: &AdeadvmProgram) -> Result<crate::tokenizer::Tokenizer, Failure> {
+    crate::tokenizer::Tokenizer::from_program(p.program.verified().program())
+        .map_err(|e| Failure::invalid(e.to_string()))?
+        .ok_or_else(|| {
+            Failure::invalid(
+                "this program carries no vocabulary (assemble it with `.vocab gguf(...)`)".into(),
+            )
+        })
+}
+
+/// The end-of-text token id of the vocabulary the program carries (where generation stops).
+///
+/// # Safety
+/// `program` is a live handle; `id` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn adeadvm_program_eos_id(
+    program: *const AdeadvmProgram,
+    id: *mut u32,
+) -> AdeadvmStatus {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let p = unsafe { handle(program, "program") }?;
+        let eos = program_tokenizer(p)?
+            .eos_id()
+            .ok_or_else(|| Failure::invalid("the program's vocabulary names no end-of-text token".into()))?;
+        // SAFETY: forwarded caller contract.
+        unsafe { put(id, eos, "id") }
+    })
+}
+
+/// Token ids of `text` in the vocabulary the program carries; with `chat` != 0 the text is first
+/// wrapped as one user turn of the vocabulary's ChatML template (when it has one). Writes up to
+/// `cap` ids to `ids` and the count to `*n` (`ADEADVM_STATUS_BUFFER_TOO_SMALL` with `*n` set
+/// when `cap` < count).
+///
+/// # Safety
+/// `program` is a live handle; `text` a NUL-terminated string; `ids` points to `cap` writable
+/// values (may be NULL when `cap` is 0); `n` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn adeadvm_program_tokenize(
+    program: *const AdeadvmProgram,
+    text: *const c_char,
+    chat: u32,
+    ids: *mut i32,
+    cap: usize,
+    n: *mut usize,
+) -> AdeadvmStatus {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let p = unsafe { handle(program, "program") }?;
+        // SAFETY: forwarded caller contract.
+        let text = unsafe { str_arg(text, "text") }?;
+        let tok = program_tokenizer(p)?;
+        let text =
+            if chat != 0 && tok.has_chatml_template() { tok.chat_prompt(text) } else { text.to_string() };
+        let out = tok.encode(&text);
+        // SAFETY: forwarded caller contract.
+        unsafe { put(n, out.len(), "n") }?;
+        if cap < out.len() {
+            return Err(Failure(
+                AdeadvmStatus::BufferTooSmall,
+                format!("{} ids do not fit in cap {cap}", out.len()),
+            ));
+        }
+        if !out.is_empty() {
+            if ids.is_null() {
+                return Err(Failure::null("ids"));
+            }
+            for (i, &id) in out.iter().enumerate() {
+                // SAFETY: non-null with cap >= out.len() writable values (caller promise).
+                unsafe { ids.add(i).write(id as i32) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The UTF-8 text of `n` token ids in the program's vocabulary (bytes that do not form UTF-8
+/// become U+FFFD). Writes up to `cap` bytes to `buf` (no NUL added) and the length to `*len`
+/// (`ADEADVM_STATUS_BUFFER_TOO_SMALL` with `*len` set when `cap` < length).
+///
+/// # Safety
+/// `program` is a live handle; `ids` points to `n` values (may be NULL when `n` is 0); `buf` to
+/// `cap` writable bytes (may be NULL when `cap` is 0); `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn adeadvm_program_detokenize(
+    program: *const AdeadvmProgram,
+    ids: *const i32,
+    n: usize,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> AdeadvmStatus {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let p = unsafe { handle(program, "program") }?;
+        let tok = program_tokenizer(p)?;
+        if n > 0 && ids.is_null() {
+            return Err(Failure::null("ids"));
+        }
+        // SAFETY: non-null when n > 0, with n values (caller promise).
+        let ids = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(ids, n) } };
+        let vocab = tok.vocab_size();
+        let ids: Vec<u32> = ids
+            .iter()
+            .map(|&i| {
+                u32::try_from(i).ok().filter(|&u| (u as usize) < vocab).ok_or_else(|| {
+                    Failure::invalid(format!("token id {i} is outside the vocabulary of {vocab} tokens"))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let text = tok.decode(&ids);
+        // SAFETY: forwarded caller contract.
+        unsafe { put(len, text.len(), "len") }?;
+        if cap < text.len() {
+            return Err(Failure(
+                AdeadvmStatus::BufferTooSmall,
+                format!("{} bytes do not fit in cap {cap}", text.len()),
+            ));
+        }
+        if !text.is_empty() {
+            if buf.is_null() {
+                return Err(Failure::null("buf"));
+            }
+            // SAFETY: non-null with cap >= text.len() writable bytes (caller promise).
+            unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len()) };
+        }
+        Ok(())
+    })
+}
+
 /// Frees a program handle (NULL is ignored). Sessions made from it stay usable.
 ///
 /// # Safety

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod hostile;
+pub mod llama;
 pub mod vk;
 
 use std::collections::BTreeMap;
@@ -167,13 +168,21 @@ pub fn write_tiny_bert(path: &std::path::Path, layers: usize) {
     safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
-/// The `-D` definitions that assemble `program` when it is programs/minilm_l6.s: a tiny model of
-/// its structure (D=8, 2 heads of 4, FF=16, 2 layers), whose weights are written into `dir`.
+/// The `-D` definitions that assemble `program` when it is programs/minilm_l6.s or
+/// programs/smollm2.s: a tiny model of its structure, whose weights are written into `dir`.
 /// Empty for any other program.
-pub fn minilm_tiny_defines(program: &std::path::Path, dir: &std::path::Path) -> Vec<(&'static str, String)> {
-    if program.file_name().is_none_or(|f| f != "minilm_l6.s") {
-        return Vec::new();
+pub fn example_defines(program: &std::path::Path, dir: &std::path::Path) -> Vec<(String, String)> {
+    match program.file_name().and_then(|f| f.to_str()) {
+        Some("minilm_l6.s") => {
+            minilm_tiny_defines(dir).into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+        }
+        Some("smollm2.s") => llama::tiny_model(dir).1,
+        _ => Vec::new(),
     }
+}
+
+/// A tiny model of minilm_l6.s's structure (D=8, 2 heads of 4, FF=16, 2 layers).
+fn minilm_tiny_defines(dir: &std::path::Path) -> Vec<(&'static str, String)> {
     let weights = dir.join("tiny.safetensors");
     write_tiny_bert(&weights, 2);
     let mut d = vec![("WEIGHTS", weights.display().to_string())];
