@@ -31,7 +31,7 @@ shared with builds, 2 threads ran an fp32 matrix-vector product 18x slower than 
 
 adeadvm: `adeadvm generate BIB --prompt-ids ... --max-tokens GEN --ignore-eos --json --backend B`
 on the same prompt, reading the keys "prompt_tokens_per_s" and "gen_tokens_per_s" of its JSON.
-The CLI generates one sequence, so adeadvm has batch-1 rows only.
+Batches: the prompt given B times (`--prompt-ids` repeated), one run.
 
 Each figure is the median of `--iters` runs after one warm-up. The prompt is `--prompt-len`
 token ids drawn with a fixed seed from the ordinary (non-special) vocabulary; the same ids go to
@@ -270,8 +270,10 @@ def adeadvm_cmd(args):
     return exe
 
 
-def adeadvm_run(exe, bib, ids, gen, backend, extra):
-    cmd = [exe, "generate", str(bib), "--prompt-ids", ",".join(map(str, ids)), "--max-tokens", str(gen)]
+def adeadvm_run(exe, bib, ids, gen, backend, extra, batch=1):
+    cmd = [exe, "generate", str(bib), "--max-tokens", str(gen)]
+    for _ in range(batch):
+        cmd += ["--prompt-ids", ",".join(map(str, ids))]
     cmd += ["--ignore-eos", "--json", "--backend", backend] + extra
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
@@ -285,10 +287,11 @@ def adeadvm_run(exe, bib, ids, gen, backend, extra):
             continue
     if not isinstance(out, dict):
         raise RuntimeError("adeadvm generate --json printed no JSON object: %s" % run.stdout[-1000:])
-    for key in ("prompt_tokens_per_s", "gen_tokens_per_s", "ids"):
+    for key in ("prompt_tokens_per_s", "gen_tokens_per_s"):
         if key not in out:
             raise RuntimeError("adeadvm generate --json has no %r: %s" % (key, sorted(out)))
-    return float(out["prompt_tokens_per_s"]), float(out["gen_tokens_per_s"]), [int(i) for i in out["ids"]]
+    first = out["results"][0] if "results" in out else out
+    return float(out["prompt_tokens_per_s"]), float(out["gen_tokens_per_s"]), [int(i) for i in first["ids"]]
 
 
 class SyntheticGGUF:
@@ -329,6 +332,43 @@ class SyntheticGGUF:
             return 1.0 + 0.1 * rng.standard_normal(shape)
         return rng.standard_normal(shape) / np.sqrt(shape[1])
 
+    def write(self, path):
+        """These weights as an f32 GGUF file that programs/smollm2.s assembles from, with a
+        byte-level vocabulary of the model's size (its first tokens the 256 GPT-2 byte
+        characters, the rest placeholders) for `.vocab`."""
+        import struct
+
+        def s(text):
+            b = text.encode()
+            return struct.pack("<Q", len(b)) + b
+
+        chars = [c for c in range(33, 127)] + [c for c in range(161, 173)] + [c for c in range(174, 256)]
+        extra = [c for c in range(256) if c not in chars]
+        byte_chars = [chr(c) for c in chars] + [chr(256 + i) for i in range(len(extra))]
+        tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + byte_chars
+        tokens += ["<unused%d>" % i for i in range(self.meta["llama.vocab_size"] - len(tokens))]
+        kv = [("general.architecture", struct.pack("<I", 8) + s("llama")),
+              ("tokenizer.ggml.model", struct.pack("<I", 8) + s("gpt2")),
+              ("tokenizer.ggml.tokens", struct.pack("<IIQ", 9, 8, len(tokens)) + b"".join(s(t) for t in tokens)),
+              ("tokenizer.ggml.merges", struct.pack("<IIQ", 9, 8, 0)),
+              ("tokenizer.ggml.eos_token_id", struct.pack("<II", 4, 2))]
+        names = list(self.shapes)
+        out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(names), len(kv)))
+        for key, value in kv:
+            out += s(key) + value
+        offset = 0
+        for name in names:
+            shape = self.shapes[name]
+            out += s(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", d) for d in reversed(shape))
+            out += struct.pack("<IQ", 0, offset)
+            offset += -(-4 * int(np.prod(shape)) // 32) * 32
+        out += b"\0" * (-len(out) % 32)
+        with open(path, "wb") as f:
+            f.write(out)
+            for name in names:
+                a = np.asarray(self.tensor(name), dtype="<f4").tobytes()
+                f.write(a + b"\0" * (-len(a) % 32))
+
 
 def find_model(args):
     if args.model:
@@ -356,7 +396,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads on the CPU (default 2)")
     ap.add_argument("--devices", default="cpu,cuda", help="PyTorch devices (cuda only where available)")
     ap.add_argument("--backends", default="cpu,vulkan", help="adeadvm backends")
-    ap.add_argument("--batches", default="1,8", help="PyTorch batch sizes")
+    ap.add_argument("--batches", default="1,8", help="batch sizes")
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--gen", type=int, default=128, help="tokens generated per sequence")
     ap.add_argument("--iters", type=int, default=3, help="timed runs per figure (median), after one warm-up")
@@ -366,14 +406,18 @@ def main():
     ap.add_argument("--no-check", action="store_true", help="skip the check against the float64 reference")
     ap.add_argument("--adeadvm-arg", action="append", default=[], help="extra argument for adeadvm generate (repeatable)")
     ap.add_argument("--json-out", help="write the rows as JSON here")
-    ap.add_argument("--synthetic", action="store_true", help="random weights of the model's shapes, no model file (PyTorch only)")
+    ap.add_argument("--synthetic", action="store_true", help="random weights of the model's shapes, no model file (for adeadvm written as an f32 GGUF)")
     ap.add_argument("--synthetic-layers", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
+    synthetic_dir = tempfile.TemporaryDirectory()
     if args.synthetic:
-        gguf_path, gguf = None, SyntheticGGUF(args.synthetic_layers)
-        args.no_adeadvm = True
-        print("synthetic random weights: PyTorch only, tokens meaningless", file=sys.stderr)
+        gguf = SyntheticGGUF(args.synthetic_layers)
+        gguf_path = None
+        if not args.no_adeadvm:
+            gguf_path = Path(synthetic_dir.name) / "synthetic.gguf"
+            gguf.write(gguf_path)
+        print("synthetic random weights: tokens meaningless", file=sys.stderr)
     else:
         gguf_path = find_model(args)
         gguf = ref.GGUFFile(str(gguf_path))
@@ -436,13 +480,15 @@ def main():
                 if run.returncode != 0:
                     sys.exit("assembling programs/smollm2.s failed: %s" % run.stderr.strip()[-2000:])
             for backend in [b for b in args.backends.split(",") if b]:
-                try:
-                    runs = [adeadvm_run(exe, bib, prompt_ids, args.gen, backend, args.adeadvm_arg) for _ in range(args.iters + 1)][1:]
-                except RuntimeError as e:
-                    print("adeadvm %s: %s" % (backend, e), file=sys.stderr)
-                    continue
-                rows.append(("adeadvm", backend, 1, statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)))
-                greedy["adeadvm %s" % backend] = runs[-1][2]
+                for B in batches:
+                    try:
+                        runs = [adeadvm_run(exe, bib, prompt_ids, args.gen, backend, args.adeadvm_arg, B) for _ in range(args.iters + 1)][1:]
+                    except RuntimeError as e:
+                        print("adeadvm %s: %s" % (backend, e), file=sys.stderr)
+                        continue
+                    rows.append(("adeadvm", backend, B, statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)))
+                    greedy.setdefault("adeadvm %s" % backend, runs[-1][2])
+                    print("adeadvm %s batch %d done" % (backend, B), file=sys.stderr)
 
     print()
     print("SmolLM2-135M-Instruct (Q4_1 weights dequantized), prompt %d tokens, %d generated, greedy; tokens/s" % (args.prompt_len, args.gen))
@@ -452,12 +498,12 @@ def main():
     pairs = [("cpu", "cpu eager"), ("vulkan", "cuda eager"), ("vulkan", "cuda graphs")]
     lines = []
     for backend, peer in pairs:
-        a = next((r for r in rows if r[0] == "adeadvm" and r[1] == backend), None)
-        for p in [r for r in rows if r[0] == "pytorch" and r[1] == peer and r[2] == 1]:
+        for p in [r for r in rows if r[0] == "pytorch" and r[1] == peer]:
+            a = next((r for r in rows if r[0] == "adeadvm" and r[1] == backend and r[2] == p[2]), None)
             if a:
-                lines.append("adeadvm %-6s (batch 1) / pytorch %-11s (batch %d): prompt %.2fx, generation %.2fx" % (backend, peer, p[2], a[3] / p[3], a[4] / p[4]))
+                lines.append("adeadvm %-6s / pytorch %-11s (batch %d): prompt %.2fx, generation %.2fx" % (backend, peer, p[2], a[3] / p[3], a[4] / p[4]))
     if lines:
-        print("\nratios adeadvm / PyTorch at batch 1 (tokens/s; above 1: adeadvm faster)")
+        print("\nratios adeadvm / PyTorch at the same batch size (tokens/s; above 1: adeadvm faster)")
         print("\n".join(lines))
     names = sorted(greedy)
     for i, a in enumerate(names):
