@@ -440,3 +440,45 @@ fn strict_matmul_epilogue_over_many_blocks_is_the_reference() {
         }
     }
 }
+
+/// A few rows times a transposed B (a decode step's projections), where the matrix-vector
+/// kernel runs: strict, the reference chain's bits at every level and thread count, with special
+/// values planted; fast, each row's bits the same as in a product of 40 rows (the packed
+/// kernel), so a sequence's result does not depend on how many rows its batch has.
+#[test]
+fn few_rows_times_transposed_b_keep_the_chains() {
+    let specials =
+        [0.0, -0.0, 1e-40, -3e-39, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 3e38, 1.0842022e-19];
+    for m in 1..=8usize {
+        for &k in &[8usize, 13, 64, 67] {
+            for &n in &[1usize, 7, 8, 9, 33] {
+                let mut a = data(m * k, (m * 1000 + k * 10 + n) as u64);
+                let mut b = data(n * k, (m * 7 + k * 3 + n) as u64 ^ 0xabc);
+                for (t, s) in specials.iter().enumerate() {
+                    if (m + k + n + t) % 3 == 0 {
+                        let (ia, ib) = ((t * 31) % a.len(), (t * 17 + 5) % b.len());
+                        a[ia] = *s;
+                        b[ib] = *s;
+                    }
+                }
+                // A row-major [m, k]; B transposed: B(p, j) = b[j * k + p].
+                check_strict(m, n, k, Layout::RowMajor, Layout::ColMajor, &a, &b);
+            }
+        }
+    }
+    let (k, n) = (67, 45);
+    let a = data(40 * k, 1);
+    let b = data(n * k, 2);
+    for ctx in contexts(Tier::Fast) {
+        let all = run(&ctx, 40, n, k, &a, (k, 1), &b, (1, k));
+        for m in [1usize, 3, 8] {
+            let few = run(&ctx, m, n, k, &a[..m * k], (k, 1), &b, (1, k));
+            assert!(
+                bits(&few) == bits(&all[..m * n]),
+                "fast {:?} x{}: {m} rows differ from the same rows in a product of 40",
+                ctx.level,
+                ctx.threads()
+            );
+        }
+    }
+}

@@ -48,6 +48,14 @@ const MC: usize = 144;
 const NC: usize = 4096;
 /// Below this many multiply-adds (m·n·k) the call runs on the calling thread.
 const PAR_MIN_WORK: usize = 1 << 20;
+/// Products with at most this many rows of A, and B given transposed (`B(p,j) = b[j*b_cs +
+/// p]`, a weight matrix stored [out, in] as every `tb` projection is), skip packing: the
+/// matrix-vector kernel reads B once, in 8×8 blocks transposed in registers. A language model's
+/// decode step is all such products; packing B for them read the weights three times (on the
+/// development machine a SmolLM2 decode step's MATMULs ran at 4.4 GB/s). The chains are the
+/// packed kernel's (`acc = +0`, then `acc + A·B` for `p` ascending, mul then add or one FMA),
+/// so the bits are the same either way: which kernel runs never shows in a result.
+const GEMV_MAX_M: usize = 8;
 
 /// C[m×n] (row-major, overwritten) = A·B, where `A(i,p) = a[i*a_rs + p*a_cs]` and
 /// `B(p,j) = b[p*b_rs + j*b_cs]`.
@@ -85,6 +93,17 @@ pub fn gemm(
     assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len(), "gemm: B slice too short for its shape");
     let ops = Operands { m, n, k, a, a_rs, a_cs, b, b_rs, b_cs };
 
+    #[cfg(target_arch = "x86_64")]
+    if ctx.level >= SimdLevel::Avx2 && m <= GEMV_MAX_M && b_rs == 1 && a_cs == 1 && k >= 8 {
+        let strict = ctx.tier == Tier::Strict;
+        run_tasks(ctx, &ops, c, (m, 8), |rect, out| {
+            let _ftz = strict.then(FtzGuard::new);
+            // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS) reported
+            // AVX2 and FMA on this CPU (`SimdLevel::detect`); the shape checks above hold.
+            unsafe { x86::gemv_tb_rect(strict, &ops, rect, out) }
+        });
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if ctx.level >= SimdLevel::Avx2 {
         use x86::Micro;
@@ -494,6 +513,110 @@ mod x86 {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// The matrix-vector kernel (see [`GEMV_MAX_M`]): output columns `r.j0..r.j1` of every row,
+    /// eight columns at a time, each lane one output's chain. Each step loads an 8×8 block of B
+    /// (eight of its rows, contiguous in `p`), transposes it in registers, and feeds its eight
+    /// columns to every row's accumulator in ascending `p`; the last `k % 8` steps gather their
+    /// eight values one by one, and the last `n % 8` columns take the scalar chain.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `ops` has `a_cs == 1`, `b_rs == 1`, `m <= GEMV_MAX_M`
+    /// and slices long enough for its shape (checked by [`gemm`]); `r` is a rectangle of the
+    /// output `out` points to that no other task writes.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gemv_tb_rect(strict: bool, ops: &Operands, r: Rect, out: OutPtr) {
+        if strict {
+            gemv_tb::<true>(ops, r, out)
+        } else {
+            gemv_tb::<false>(ops, r, out)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn gemv_tb<const STRICT: bool>(ops: &Operands, r: Rect, out: OutPtr) {
+        let (m, k) = (ops.m, ops.k);
+        let (a, b, a_rs, b_cs) = (ops.a.as_ptr(), ops.b.as_ptr(), ops.a_rs, ops.b_cs);
+        let kb = k / 8 * 8;
+        let mut j = r.j0;
+        while j + 8 <= r.j1 {
+            let mut acc = [<__m256 as Lanes>::zero(); GEMV_MAX_M];
+            let rows: [*const f32; 8] = std::array::from_fn(|l| b.add((j + l) * b_cs));
+            let mut p = 0;
+            while p < kb {
+                let v: [__m256; 8] = std::array::from_fn(|l| _mm256_loadu_ps(rows[l].add(p)));
+                // Transpose: cols[q] lane l = B(p + q, j + l).
+                let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+                let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+                let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+                let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+                let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+                let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+                let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+                let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let cols = [
+                    _mm256_permute2f128_ps::<0x20>(u0, u4),
+                    _mm256_permute2f128_ps::<0x20>(u1, u5),
+                    _mm256_permute2f128_ps::<0x20>(u2, u6),
+                    _mm256_permute2f128_ps::<0x20>(u3, u7),
+                    _mm256_permute2f128_ps::<0x31>(u0, u4),
+                    _mm256_permute2f128_ps::<0x31>(u1, u5),
+                    _mm256_permute2f128_ps::<0x31>(u2, u6),
+                    _mm256_permute2f128_ps::<0x31>(u3, u7),
+                ];
+                for (i, acc) in acc.iter_mut().enumerate().take(m) {
+                    let ai = a.add(i * a_rs + p);
+                    for (q, col) in cols.iter().enumerate() {
+                        *acc = mul_add::<__m256, STRICT>(*acc, _mm256_set1_ps(*ai.add(q)), *col);
+                    }
+                }
+                p += 8;
+            }
+            for p in kb..k {
+                let col = _mm256_setr_ps(
+                    *rows[0].add(p),
+                    *rows[1].add(p),
+                    *rows[2].add(p),
+                    *rows[3].add(p),
+                    *rows[4].add(p),
+                    *rows[5].add(p),
+                    *rows[6].add(p),
+                    *rows[7].add(p),
+                );
+                for (i, acc) in acc.iter_mut().enumerate().take(m) {
+                    *acc = mul_add::<__m256, STRICT>(*acc, _mm256_set1_ps(*a.add(i * a_rs + p)), col);
+                }
+            }
+            for (i, acc) in acc.iter().enumerate().take(m) {
+                let v = if STRICT { canon_nan(*acc) } else { *acc };
+                // SAFETY (of the store): row i, columns j..j+8 lie in this task's rectangle.
+                _mm256_storeu_ps(out.ptr.add(i * out.n + j), v);
+            }
+            j += 8;
+        }
+        // The last columns: the same chains, one output at a time.
+        for j in j..r.j1 {
+            for i in 0..m {
+                let mut acc = 0.0f32;
+                for p in 0..k {
+                    let (x, y) = (*a.add(i * a_rs + p), *b.add(j * b_cs + p));
+                    acc = if STRICT { nx::add(acc, nx::mul(x, y)) } else { x.mul_add(y, acc) };
+                }
+                if STRICT {
+                    acc = nx::canon(acc);
+                }
+                *out.ptr.add(i * out.n + j) = acc;
             }
         }
     }
