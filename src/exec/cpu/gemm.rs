@@ -56,6 +56,9 @@ const PAR_MIN_WORK: usize = 1 << 20;
 /// packed kernel's (`acc = +0`, then `acc + A·B` for `p` ascending, mul then add or one FMA),
 /// so the bits are the same either way: which kernel runs never shows in a result.
 const GEMV_MAX_M: usize = 8;
+/// The matrix-vector kernel is bound by reading B, not by arithmetic: it goes parallel from a
+/// quarter of [`PAR_MIN_WORK`] (a 576×576 projection, 1.3 MB of weights, is 0.33 M).
+const GEMV_PAR_MIN_WORK: usize = 1 << 18;
 
 /// C[m×n] (row-major, overwritten) = A·B, where `A(i,p) = a[i*a_rs + p*a_cs]` and
 /// `B(p,j) = b[p*b_rs + j*b_cs]`.
@@ -96,7 +99,7 @@ pub fn gemm(
     #[cfg(target_arch = "x86_64")]
     if ctx.level >= SimdLevel::Avx2 && m <= GEMV_MAX_M && b_rs == 1 && a_cs == 1 && k >= 8 {
         let strict = ctx.tier == Tier::Strict;
-        run_tasks(ctx, &ops, c, (m, 8), |rect, out| {
+        run_tasks(ctx, &ops, c, (m, 8), GEMV_PAR_MIN_WORK, |rect, out| {
             let _ftz = strict.then(FtzGuard::new);
             // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS) reported
             // AVX2 and FMA on this CPU (`SimdLevel::detect`); the shape checks above hold.
@@ -109,14 +112,14 @@ pub fn gemm(
         use x86::Micro;
         let strict = ctx.tier == Tier::Strict;
         if ctx.level >= SimdLevel::Avx512 {
-            run_tasks(ctx, &ops, c, (x86::Avx512::MR, x86::Avx512::NR), |rect, out| {
+            run_tasks(ctx, &ops, c, (x86::Avx512::MR, x86::Avx512::NR), PAR_MIN_WORK, |rect, out| {
                 let _ftz = strict.then(FtzGuard::new);
                 // SAFETY: `ctx.level >= Avx512` is only ever set after CPUID and the OS
                 // reported AVX-512F/BW/DQ/VL on this CPU (`SimdLevel::detect`).
                 unsafe { x86::gemm_rect::<x86::Avx512>(strict, &ops, rect, out) }
             });
         } else {
-            run_tasks(ctx, &ops, c, (MR, NR), |rect, out| {
+            run_tasks(ctx, &ops, c, (MR, NR), PAR_MIN_WORK, |rect, out| {
                 let _ftz = strict.then(FtzGuard::new);
                 // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS)
                 // reported AVX2 and FMA on this CPU (`SimdLevel::detect`).
@@ -125,7 +128,7 @@ pub fn gemm(
         }
         return;
     }
-    run_tasks(ctx, &ops, c, (MR, NR), |rect, out| scalar_rect(&ops, rect, out));
+    run_tasks(ctx, &ops, c, (MR, NR), PAR_MIN_WORK, |rect, out| scalar_rect(&ops, rect, out));
 }
 
 /// The operands of one call (shape and strided views of A and B).
@@ -166,7 +169,7 @@ unsafe impl Sync for OutPtr {}
 /// Splits the output into fixed rectangles, one per thread, and runs `f` on each (inline
 /// when there is one thread or little work). The split changes only who computes an output,
 /// never how, so the bits do not depend on it.
-fn run_tasks<F>(ctx: &Ctx, ops: &Operands, c: &mut [f32], (mr, nr): (usize, usize), f: F)
+fn run_tasks<F>(ctx: &Ctx, ops: &Operands, c: &mut [f32], (mr, nr): (usize, usize), min_work: usize, f: F)
 where
     F: Fn(Rect, OutPtr) + Sync,
 {
@@ -175,7 +178,7 @@ where
     let threads = ctx.threads();
     let whole = Rect { i0: 0, i1: m, j0: 0, j1: n };
     let pool = match ctx.pool {
-        Some(p) if threads > 1 && m * n * ops.k >= PAR_MIN_WORK => p,
+        Some(p) if threads > 1 && m * n * ops.k >= min_work => p,
         _ => return f(whole, out),
     };
     // Split the longer side (in microkernel units) into `threads` near-equal parts.
