@@ -932,25 +932,15 @@ impl Vm {
                 }
             }
             Insn::Tset { dst, index: ix, value } => {
-                let at = f.regs[ix.0 as usize];
-                let n = n_of(f, dst);
-                if at < 0 || at as u64 >= n {
-                    // The CPU's message (`exec`'s TSET).
-                    return Err(self.runtime_error(
-                        index,
-                        format!(
-                            "index r{} = {at} is outside `{}`'s {n} elements",
-                            ix.0, p.tensors[dst.0 as usize].name
-                        ),
-                    ));
-                }
+                // The CPU's check and message.
+                let at = self.element_at(p, f, index, dst, ix)?;
                 // Two's complement wrap to 32 bits, as the ISA says.
                 let bits = f.regs[value.0 as usize] as i32 as u32;
                 // A partial write: the other elements' current bytes on the device first.
                 self.src(p, f, dst)?;
                 let d = self.dst(f, dst)?;
                 let g = self.gpu_mut();
-                data::set_word(g.exec.kernels(), &mut g.rec, &d, at as usize, bits)?;
+                data::set_word(g.exec.kernels(), &mut g.rec, &d, at, bits)?;
             }
             Insn::Argmax { dst, src } => {
                 let n = f.shapes[src.0 as usize].last().copied().unwrap_or(1);

@@ -714,37 +714,17 @@ impl Vm {
                 }
             }
             Insn::Tget { rd, src, index: ix } => {
-                let at = reg(f, ix);
-                let n = n_of(f, src);
-                if at < 0 || at as u64 >= n {
-                    return Err(self.runtime_error(
-                        index,
-                        format!(
-                            "index r{} = {at} is outside `{}`'s {n} elements",
-                            ix.0, p.tensors[src.0 as usize].name
-                        ),
-                    ));
-                }
+                let at = self.element_at(p, f, index, src, ix)?;
                 let bytes = self.bytes_of(&f.locs[src.0 as usize]);
-                let k = at as usize * 4;
+                let k = at * 4;
                 let word = bytes.get(k..k + 4).map_or(0, |w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]));
                 f.regs[rd.0 as usize] = i64::from(word);
             }
             Insn::Tset { dst, index: ix, value } => {
-                let at = reg(f, ix);
-                let n = n_of(f, dst);
-                if at < 0 || at as u64 >= n {
-                    return Err(self.runtime_error(
-                        index,
-                        format!(
-                            "index r{} = {at} is outside `{}`'s {n} elements",
-                            ix.0, p.tensors[dst.0 as usize].name
-                        ),
-                    ));
-                }
+                let at = self.element_at(p, f, index, dst, ix)?;
                 // Two's complement wrap to 32 bits, as the ISA says.
                 let v = reg(f, value) as i32;
-                self.int_op(p, f, dst, &[], |out, _| out[at as usize] = v);
+                self.int_op(p, f, dst, &[], |out, _| out[at] = v);
             }
             Insn::Fill { dst, value } => {
                 cost.1 = n_of(f, dst) * dt(dst).size() as u64;
@@ -871,6 +851,24 @@ impl Vm {
             }
         }
         Ok((Flow::Next, cost))
+    }
+
+    /// The element of `t` that register `r` names for TGET or TSET (row-major), checked.
+    fn element_at(
+        &self,
+        p: &Program,
+        f: &Frame,
+        index: usize,
+        t: TensorId,
+        r: crate::isa::Reg,
+    ) -> Result<usize, VmError> {
+        let (at, n) = (f.regs[r.0 as usize], f.counts[t.0 as usize]);
+        if at < 0 || at as u64 >= n {
+            let name = &p.tensors[t.0 as usize].name;
+            return Err(self
+                .runtime_error(index, format!("index r{} = {at} is outside `{name}`'s {n} elements", r.0)));
+        }
+        Ok(at as usize)
     }
 
     /// Checks a register start for SLICE or PUT (`len` elements of an axis of `size`).
