@@ -796,7 +796,10 @@ fn executors() -> Vec<(&'static str, VmConfig)> {
         }
         Err(e) => {
             assert!(!required(), "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
-            println!("skipped the Vulkan executor: {e}");
+            common::skip::skipped(
+                "the differential test on the Vulkan executor",
+                &format!("no Vulkan device ({e})"),
+            );
         }
     }
     v

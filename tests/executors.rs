@@ -17,7 +17,10 @@ fn configs() -> Vec<VmConfig> {
         if l <= SimdLevel::detect() {
             levels.push(l);
         } else {
-            eprintln!("this CPU has no {}: that configuration is skipped", l.name());
+            common::skip::skipped(
+                &format!("the {} executor configurations", l.name()),
+                &format!("this CPU has no {}", l.name()),
+            );
         }
     }
     let mut out = Vec::new();

@@ -1,6 +1,9 @@
 //! The C ABI: the C example built with the system compiler and run, and every entry point's
 //! checks (null pointers, bad sizes, unknown names, wrong dtypes) called directly.
 
+#[path = "common/skip.rs"]
+mod skip;
+
 use std::ffi::{c_char, c_void, CStr};
 use std::path::PathBuf;
 use std::process::Command;
@@ -60,7 +63,7 @@ fn c_example_builds_links_and_runs() {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     if Command::new(&cc).arg("--version").output().is_err() {
         assert!(std::env::var_os("CI").is_none(), "no C compiler `{cc}` in CI");
-        eprintln!("skipped: no C compiler `{cc}`");
+        skip::skipped("the C example", &format!("no C compiler `{cc}`"));
         return;
     }
     let lib = lib_dir();
@@ -386,7 +389,7 @@ fn vulkan() -> bool {
         Err(e) => {
             let required = std::env::var("ADEADVM_REQUIRE_VULKAN").is_ok_and(|v| v == "1");
             assert!(!required, "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
-            eprintln!("skipped: no Vulkan device ({e})");
+            skip::skipped("the C ABI on Vulkan", &format!("no Vulkan device ({e})"));
             false
         }
     }
@@ -445,7 +448,7 @@ fn the_device_memory_budget_is_set_through_the_c_config() {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     if Command::new(&cc).arg("--version").output().is_err() {
         assert!(std::env::var_os("CI").is_none(), "no C compiler `{cc}` in CI");
-        eprintln!("skipped the C half: no C compiler `{cc}`");
+        skip::skipped("the C half of the generation test", &format!("no C compiler `{cc}`"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,9 @@
 //! - the cosine similarities match those the sentence-transformers documentation prints for
 //!   this model (computed by PyTorch), to the 4 decimals printed.
 
+#[path = "common/skip.rs"]
+mod skip;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -85,7 +88,7 @@ fn model_dir() -> Option<PathBuf> {
         Err(e) => format!("cannot run bash {}: {e}", script.display()),
     };
     assert!(!ci(), "minilm: CI is set and the model could not be fetched: {why}");
-    eprintln!("minilm: SKIPPED (no model): {why}");
+    skip::skipped("MiniLM against its float64 reference", &format!("no model: {why}"));
     None
 }
 
@@ -252,7 +255,7 @@ fn embed(program: &Program, config: &Config, sentences: &[&[i32]]) -> Option<Vec
     let mut session = match Session::new(program, config) {
         Ok(s) => s,
         Err(e) if config.backend != Backend::Cpu && !required_vulkan() => {
-            eprintln!("minilm: backend {} SKIPPED: {e}", config.backend.name());
+            skip::skipped(&format!("MiniLM on backend {}", config.backend.name()), &e.to_string());
             return None;
         }
         Err(e) => panic!("backend {}: {e}", config.backend.name()),

@@ -45,7 +45,7 @@ fn vulkan() -> bool {
         Ok(_) => true,
         Err(e) => {
             assert!(!required(), "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
-            eprintln!("skipped: {e}");
+            common::skip::skipped("a robustness check on Vulkan", &format!("no Vulkan device ({e})"));
             false
         }
     }

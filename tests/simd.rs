@@ -6,6 +6,9 @@
 //! a dense sample of all 2^32 bit patterns. A level the CPU lacks is skipped and reported on
 //! stderr (once per test).
 
+#[path = "common/skip.rs"]
+mod skip;
+
 use std::sync::OnceLock;
 
 use adeadvm::exec::cpu::fpenv::FtzGuard;
@@ -36,7 +39,10 @@ fn levels() -> Vec<SimdLevel> {
     let all = [SimdLevel::Avx2, SimdLevel::Avx512];
     REPORTED.call_once(|| {
         for l in all.iter().filter(|&&l| l > best) {
-            eprintln!("this CPU has no {}: its comparisons are skipped", l.name());
+            skip::skipped(
+                &format!("the {} kernels against the scalar reference", l.name()),
+                &format!("this CPU has no {}", l.name()),
+            );
         }
     });
     all.into_iter().filter(|&l| l <= best).collect()

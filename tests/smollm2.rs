@@ -218,7 +218,7 @@ fn every_cpu_configuration_and_vulkan_give_the_same_bits() {
         }
         Err(e) => {
             assert!(!common::vk::required(), "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
-            eprintln!("skipped the Vulkan run: {e}");
+            common::skip::skipped("the tiny Llama on Vulkan", &format!("no Vulkan device ({e})"));
         }
     }
 }

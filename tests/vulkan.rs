@@ -288,7 +288,7 @@ fn committed_spirv_is_current() {
     let root = env!("CARGO_MANIFEST_DIR");
     if Command::new("glslc").arg("--version").output().is_err() {
         assert!(!required(), "ADEADVM_REQUIRE_VULKAN=1 but glslc is not on PATH");
-        println!("skipped: glslc is not on PATH; cannot check shaders/spv against shaders/*.comp");
+        common::skip::skipped("shaders/spv is current", "glslc is not on PATH");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -323,7 +323,7 @@ fn committed_spirv_is_current() {
                     !required(),
                     "ADEADVM_REQUIRE_VULKAN=1 but {name}.comp cannot be compiled here: {why}"
                 );
-                println!("skipped {name}.comp: {why}");
+                common::skip::skipped(&format!("shaders/spv/{name}.spv is current"), why.trim());
                 continue;
             }
             run.unwrap()

@@ -27,7 +27,10 @@ fn executors() -> Option<Vec<(&'static str, Arc<VulkanExec>)>> {
         Ok(d) => Arc::new(d),
         Err(e) if required() => panic!("ADEADVM_REQUIRE_VULKAN=1 but the device does not open again: {e}"),
         Err(e) => {
-            println!("skipped: {e}");
+            common::skip::skipped(
+                "the dispatch cache against a device without push descriptors",
+                &format!("the device does not open again ({e})"),
+            );
             return None;
         }
     };
@@ -274,7 +277,10 @@ fn later_runs_reuse_command_buffers_and_keep_the_bits() {
 fn a_changed_command_is_encoded_again() {
     let Some(ex) = exec() else { return };
     if !ex.device().uses_push_descriptors() {
-        println!("skipped: {} has no push descriptors, so nothing is cached", ex.device().info().name);
+        common::skip::skipped(
+            "a_changed_command_is_encoded_again",
+            &format!("{} has no push descriptors, so nothing is cached", ex.device().info().name),
+        );
         return;
     }
     let k = ex.kernels();

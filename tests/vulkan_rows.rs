@@ -481,7 +481,7 @@ fn tiles(ex: &VulkanExec) -> Vec<GemmTile> {
         .into_iter()
         .filter(|t| match t.unusable_on(ex.device().info()) {
             Some(why) => {
-                println!("skipped on this device: {why}");
+                common::skip::skipped(&format!("GEMM tile {t:?}"), &why);
                 false
             }
             None => true,
@@ -920,7 +920,10 @@ fn coopmat_gemm_is_repeatable_and_accurate() {
     ];
     for (dtype, (to_bits, from_bits), mantissa) in kinds {
         if !ex.device().has_coopmat(dtype) {
-            println!("skipped: {} has no cooperative-matrix {dtype:?} GEMM", ex.device().info().name);
+            common::skip::skipped(
+                &format!("the cooperative-matrix {dtype:?} GEMM"),
+                &format!("{} has none", ex.device().info().name),
+            );
             continue;
         }
         let narrow = |seed: u64, n: usize| -> Vec<f32> {
@@ -1681,7 +1684,10 @@ fn matmul_f64(g: &MatmulShape, a: &[f32], b: &[f32]) -> (Vec<f64>, Vec<f64>, Vec
 fn split_sgemm_is_as_accurate_as_f32() {
     let Some(ex) = exec() else { return };
     if !ex.device().has_coopmat(DType::Bf16) {
-        println!("skipped: {} has no cooperative-matrix bf16 GEMM", ex.device().info().name);
+        common::skip::skipped(
+            "split_sgemm_is_as_accurate_as_f32",
+            &format!("{} has no cooperative-matrix bf16 GEMM", ex.device().info().name),
+        );
         return;
     }
     let cases = [

@@ -23,7 +23,7 @@ fn vulkan() -> bool {
         Ok(_) => true,
         Err(e) => {
             assert!(!required(), "ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {e}");
-            eprintln!("skipped: {e}");
+            common::skip::skipped("a VM test on Vulkan", &format!("no Vulkan device ({e})"));
             false
         }
     }
@@ -933,7 +933,10 @@ fn fast_16bit_matmul_on_cooperative_matrices() {
         }
         let dev = adeadvm::vm::shared_device().unwrap();
         if !dev.device().has_coopmat(dtype) {
-            println!("skipped: {} has no cooperative-matrix {t} GEMM", dev.device().info().name);
+            common::skip::skipped(
+                &format!("the VM's cooperative-matrix {t} MATMUL"),
+                &format!("{} has none", dev.device().info().name),
+            );
             continue;
         }
         let input = |shape: Vec<usize>, seed: u64| {
@@ -976,7 +979,10 @@ fn fast_f32_matmul_on_bf16_pieces() {
     let dev = adeadvm::vm::shared_device().unwrap();
     let g = adeadvm::exec::cpu::reference::MatmulShape::plain(m, n, k);
     if adeadvm::exec::vulkan::ops::rows::split_sgemm_chosen(dev.kernels(), &g).is_none() {
-        println!("skipped: {} does not run this matmul as bf16 pieces", dev.device().info().name);
+        common::skip::skipped(
+            "the VM's split-bf16 SGEMM",
+            &format!("{} does not run this matmul as bf16 pieces", dev.device().info().name),
+        );
         return;
     }
     let (va, vb, vc) =

@@ -3,6 +3,7 @@
 
 pub mod hostile;
 pub mod llama;
+pub mod skip;
 pub mod vk;
 
 use std::collections::BTreeMap;

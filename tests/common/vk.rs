@@ -33,7 +33,7 @@ pub fn exec() -> Option<&'static VulkanExec> {
         Ok(e) => Some(e),
         Err(reason) if required() => panic!("ADEADVM_REQUIRE_VULKAN=1 but no Vulkan device: {reason}"),
         Err(reason) => {
-            println!("skipped: no Vulkan device ({reason})");
+            super::skip::skipped("the Vulkan executor tests", &format!("no Vulkan device ({reason})"));
             None
         }
     }
