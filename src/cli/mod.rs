@@ -300,7 +300,9 @@ fn source_of(path: &Path, program: &Program) -> (Option<String>, String) {
 fn verify_loaded(program: Program, path: &Path, tier: Option<adeadvm::isa::Tier>) -> Result<adeadvm::api::Program> {
     let (source, name) = source_of(path, &program);
     adeadvm::api::Program::verify_with(program, tier).map_err(|e| match e {
-        adeadvm::Error::Verify(errors) => RenderedDiagnostics(errors.render(source.as_deref(), &name)).into(),
+        adeadvm::Error::Verify(errors) => {
+            RenderedDiagnostics(errors.render(source.as_deref(), &name, &path.display().to_string())).into()
+        }
         e => e.into(),
     })
 }

@@ -167,8 +167,9 @@ impl VerifyErrors {
     /// recorded source line) gets a `--> path:line:col` line, the source line and a caret under
     /// the instruction, when `source` (the text of the file the program was assembled from) is
     /// given and that line still holds the instruction, else `--> path:line` alone; the others
-    /// are plain `error:` lines. Ends with a summary line.
-    pub fn render(&self, source: Option<&str>, path: &str) -> String {
+    /// are plain `error:` lines. `path` names the source file, `program` what was verified (the
+    /// same for a `.s`; the `.bib` for one), which the closing summary line names.
+    pub fn render(&self, source: Option<&str>, path: &str, program: &str) -> String {
         let lines: Vec<&str> = source.map(|s| s.lines().collect()).unwrap_or_default();
         let mut out = String::new();
         for e in &self.errors {
@@ -180,7 +181,7 @@ impl VerifyErrors {
         }
         let n = self.errors.len();
         out += &format!(
-            "error: could not verify {path} due to {n}{} previous error{}\n",
+            "error: could not verify {program} due to {n}{} previous error{}\n",
             if self.truncated { " or more" } else { "" },
             if n == 1 { "" } else { "s" }
         );
