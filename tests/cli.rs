@@ -641,8 +641,14 @@ fn the_digest_does_not_depend_on_the_path_the_source_was_given_by() {
     succeeded(adeadvm(&["asm", path(&absolute), "-o", "absolute.bib"], dir.path()));
     succeeded(adeadvm(&["asm", "mlp.s", "-o", "../inside.bib"], &progs));
     let bytes = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
-    assert!(bytes("relative.bib") == bytes("absolute.bib"), "relative and absolute paths give different programs");
-    assert!(bytes("relative.bib") == bytes("inside.bib"), "a path from inside the folder gives another program");
+    assert!(
+        bytes("relative.bib") == bytes("absolute.bib"),
+        "relative and absolute paths give different programs"
+    );
+    assert!(
+        bytes("relative.bib") == bytes("inside.bib"),
+        "a path from inside the folder gives another program"
+    );
 
     // Recorded from inside the folder, replayed from outside it (by both paths): no warning.
     let x = programs().join("data/mlp_x.npy");

@@ -1520,7 +1520,10 @@ fn a_join_error_is_not_reported_again_at_every_later_use() {
     ]);
     let errors = verify(b.build()).unwrap_err();
     assert_eq!(errors.errors.len(), 1, "{errors}");
-    assert!(errors.to_string().starts_with("instruction 3 (line 13, NOP): control flow joins here"), "{errors}");
+    assert!(
+        errors.to_string().starts_with("instruction 3 (line 13, NOP): control flow joins here"),
+        "{errors}"
+    );
 }
 
 #[test]

@@ -297,7 +297,11 @@ fn source_of(path: &Path, program: &Program) -> (Option<String>, String) {
 /// Verifies `program`, loaded from `path` (with a tier override). A verification failure
 /// becomes every error rendered rustc-style against the program's source (see
 /// `VerifyErrors::render`); any other error is passed on.
-fn verify_loaded(program: Program, path: &Path, tier: Option<adeadvm::isa::Tier>) -> Result<adeadvm::api::Program> {
+fn verify_loaded(
+    program: Program,
+    path: &Path,
+    tier: Option<adeadvm::isa::Tier>,
+) -> Result<adeadvm::api::Program> {
     let (source, name) = source_of(path, &program);
     adeadvm::api::Program::verify_with(program, tier).map_err(|e| match e {
         adeadvm::Error::Verify(errors) => {

@@ -114,7 +114,8 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo], sink: &mu
         if let Insn::Jmp { target } | Insn::Jz { target, .. } | Insn::Jnz { target, .. } = ins.insn {
             leader[target.0 as usize] = true;
         }
-        if matches!(ins.insn, Insn::Jmp { .. } | Insn::Jz { .. } | Insn::Jnz { .. } | Insn::Halt) && i + 1 < n {
+        if matches!(ins.insn, Insn::Jmp { .. } | Insn::Jz { .. } | Insn::Jnz { .. } | Insn::Halt) && i + 1 < n
+        {
             leader[i + 1] = true;
         }
     }
@@ -151,11 +152,11 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo], sink: &mu
         let Some(start) = entry[b].as_deref() else { continue };
         let mut st = start.clone();
         let last = block_end[b] - 1;
-        for i in b..=last {
-            if matches!(code[i].insn, Insn::Halt) {
+        for (i, ins) in code.iter().enumerate().take(last + 1).skip(b) {
+            if matches!(ins.insn, Insn::Halt) {
                 exits.insert(i, st.clone());
             }
-            if let Some(e) = f.step(i, &code[i], &mut st) {
+            if let Some(e) = f.step(i, ins, &mut st) {
                 if reported.insert(i) {
                     sink.push(e);
                 }
@@ -226,7 +227,12 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo], sink: &mu
         }
         if end.outs.len() < nout {
             // The first output id the set lacks: its ids are sorted and distinct.
-            let o = end.outs.iter().enumerate().find(|&(k, &id)| k != id as usize).map_or(end.outs.len(), |(k, _)| k);
+            let o = end
+                .outs
+                .iter()
+                .enumerate()
+                .find(|&(k, &id)| k != id as usize)
+                .map_or(end.outs.len(), |(k, _)| k);
             let name = f.cx.p.outputs.get(o).map_or("?", |o| o.name.as_str());
             sink.push(f.err(
                 i,

@@ -177,7 +177,8 @@ impl VerifyErrors {
             out += "\n";
         }
         if self.truncated {
-            out += &format!("note: verification stopped after {MAX_ERRORS} errors; fix these to see more\n\n");
+            out +=
+                &format!("note: verification stopped after {MAX_ERRORS} errors; fix these to see more\n\n");
         }
         let n = self.errors.len();
         out += &format!(
