@@ -39,7 +39,7 @@ use crate::asm::{self, AsmErrors, AsmOptions};
 use crate::format::{self, digest_hex, FormatError, TensorKind};
 use crate::isa::{DType, Tier};
 use crate::npy::NpyError;
-use crate::verify::{self, VerifiedProgram, VerifyError};
+use crate::verify::{self, VerifiedProgram, VerifyErrors};
 use crate::vm::{HostTensor, Observer, RunStats, Vm, VmConfig, VmError};
 
 /// Any error of the embedding API. The stage errors are shown exactly as the stage words them.
@@ -53,7 +53,7 @@ pub enum Error {
     Format(#[from] FormatError),
     /// The verifier rejected the program.
     #[error(transparent)]
-    Verify(#[from] VerifyError),
+    Verify(#[from] VerifyErrors),
     /// The run failed (inputs, budgets, run-time checks).
     #[error(transparent)]
     Vm(#[from] VmError),

@@ -147,7 +147,10 @@ fn asm_runs_the_verifier() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        "error: instruction 2 (line 4, STORE): the program ends after this instruction (the end of the code) with %t still allocated (leaked; allocated by instruction 0 (line 2, ALLOC)); FREE it before the program ends\n"
+        "error: the program ends after this instruction (the end of the code) with %t still allocated (leaked; \
+         allocated by instruction 0 (line 2, ALLOC)); FREE it before the program ends\n \
+         --> leak.s:4:5\n  |\n4 |     STORE y, %t\n  |     ^^^^^^^^^^^ instruction 2 (STORE)\n\n\
+         error: could not verify leak.s due to 1 previous error\n"
     );
     assert!(!dir.path().join("leak.bib").exists());
 }
@@ -551,5 +554,109 @@ fn every_cpu_program_runs_and_replays_identically_at_any_thread_count() {
             );
             assert!(text(&out.stdout).starts_with("identical: all "), "{prog}: {}", text(&out.stdout));
         }
+    }
+}
+
+/// A program with three independent verification errors (issue 35.4).
+const THREE_ERRORS: &str = ".input %x f32[4]
+.output y f32[4]
+    ALLOC %a: f32[4]
+    RELU %a, %x
+    FREE %a
+    ALLOC %h: f32[2]
+    RELU %h, %x    ; wrong shape
+    relu %a, %x
+    STORE y, %x
+    HALT
+";
+
+const THREE_ERRORS_RENDERED: &str = "\
+error: shape mismatch: dst %h (f32[2]) and a %x (f32[4]) must have the same shape
+ --> bad.s:7:5
+  |
+7 |     RELU %h, %x    ; wrong shape
+  |     ^^^^^^^^^^^ instruction 4 (RELU)
+
+error: writes %a after it was freed (use after FREE, by instruction 2 (line 5, FREE))
+ --> bad.s:8:5
+  |
+8 |     relu %a, %x
+  |     ^^^^^^^^^^^ instruction 5 (RELU)
+
+error: the program ends here with %h still allocated (leaked; allocated by instruction 3 (line 6, ALLOC)); FREE it before the program ends
+  --> bad.s:10:5
+   |
+10 |     HALT
+   |     ^^^^ instruction 7 (HALT)
+
+error: could not verify bad.s due to 3 previous errors
+";
+
+#[test]
+fn verification_errors_point_at_their_source_lines_all_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.s"), THREE_ERRORS).unwrap();
+    for args in [&["asm", "bad.s"][..], &["verify", "bad.s"], &["run", "bad.s"]] {
+        let out = adeadvm(args, dir.path());
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(text(&out.stderr), THREE_ERRORS_RENDERED, "{args:?}");
+    }
+    assert!(!dir.path().join("bad.bib").exists());
+
+    // A .bib is shown against the source file it records, found beside it...
+    succeeded(adeadvm(&["asm", "bad.s", "--no-verify"], dir.path()));
+    let out = adeadvm(&["verify", "bad.bib"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        THREE_ERRORS_RENDERED.replace("could not verify bad.s", "could not verify bad.bib")
+    );
+
+    // ...and by line alone when the source is not there (or no longer holds the instruction).
+    std::fs::write(dir.path().join("bad.s"), "; edited since\n").unwrap();
+    let out = adeadvm(&["verify", "bad.bib"], dir.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "error: shape mismatch: dst %h (f32[2]) and a %x (f32[4]) must have the same shape\n \
+         --> bad.s:7\n  |\n  = note: instruction 4 (RELU)\n\n\
+         error: writes %a after it was freed (use after FREE, by instruction 2 (line 5, FREE))\n \
+         --> bad.s:8\n  |\n  = note: instruction 5 (RELU)\n\n\
+         error: the program ends here with %h still allocated (leaked; allocated by instruction 3 (line 6, ALLOC)); \
+         FREE it before the program ends\n  --> bad.s:10\n   |\n   = note: instruction 7 (HALT)\n\n\
+         error: could not verify bad.bib due to 3 previous errors\n"
+    );
+}
+
+#[test]
+fn the_digest_does_not_depend_on_the_path_the_source_was_given_by() {
+    // Issue 35.3: programs/mlp.s, its absolute path, and mlp.s from inside programs/ gave three
+    // digests, so a replay from another folder warned that the program differed.
+    let dir = tempfile::tempdir().unwrap();
+    let progs = dir.path().join("programs");
+    std::fs::create_dir(&progs).unwrap();
+    std::fs::copy(programs().join("mlp.s"), progs.join("mlp.s")).unwrap();
+    let absolute = progs.join("mlp.s");
+    succeeded(adeadvm(&["asm", "programs/mlp.s", "-o", "relative.bib"], dir.path()));
+    succeeded(adeadvm(&["asm", path(&absolute), "-o", "absolute.bib"], dir.path()));
+    succeeded(adeadvm(&["asm", "mlp.s", "-o", "../inside.bib"], &progs));
+    let bytes = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
+    assert!(
+        bytes("relative.bib") == bytes("absolute.bib"),
+        "relative and absolute paths give different programs"
+    );
+    assert!(
+        bytes("relative.bib") == bytes("inside.bib"),
+        "a path from inside the folder gives another program"
+    );
+
+    // Recorded from inside the folder, replayed from outside it (by both paths): no warning.
+    let x = programs().join("data/mlp_x.npy");
+    let input = format!("x={}", path(&x));
+    succeeded(adeadvm(&["run", "mlp.s", "--input", &input, "--record", "../run.trace"], &progs));
+    for program in ["programs/mlp.s", path(&absolute), "relative.bib"] {
+        let out = succeeded(adeadvm(&["replay", program, "run.trace"], dir.path()));
+        assert_eq!(text(&out.stderr), "", "{program}");
+        assert!(text(&out.stdout).starts_with("identical: "), "{program}: {}", text(&out.stdout));
     }
 }

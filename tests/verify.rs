@@ -7,7 +7,7 @@ use adeadvm::isa::{
     Act, DType, Dim, Insn, Instruction, KernelId, OutputId, Perm, Placement, Reg, SymId, Target, TensorId,
     Tier,
 };
-use adeadvm::verify::{verify, PlanError, VerifiedProgram, ARENA_ALIGN};
+use adeadvm::verify::{verify, PlanError, VerifiedProgram, ARENA_ALIGN, MAX_ERRORS, MAX_INTERFERENCE_PAIRS};
 use proptest::prelude::*;
 
 use DType::{Bf16, F16, F32, I32};
@@ -825,10 +825,13 @@ fn alloc_free_discipline() {
     let mut b = B::new();
     let h = b.temp("h", F32, &[c(4)]);
     b.ops(&[Insn::Alloc { t: h }, Insn::Alloc { t: h }]);
+    // Two independent errors: a FREE between the ALLOCs still leaves %h allocated at the end.
     assert_eq!(
         err(b),
         "instruction 1 (line 11, ALLOC): %h is already allocated (by instruction 0 (line 10, ALLOC)); FREE it \
-         before allocating it again"
+         before allocating it again\n\
+         instruction 1 (line 11, ALLOC): the program ends after this instruction (the end of the code) with %h \
+         still allocated (leaked; allocated by instruction 0 (line 10, ALLOC)); FREE it before the program ends"
     );
 
     let mut b = B::new();
@@ -1470,4 +1473,147 @@ fn written_on_only_one_path_is_refused_and_on_both_accepted() {
     let e = err(build(false));
     assert!(e.starts_with("instruction 4 (line 14, STORE): reads %t before anything wrote it"), "{e}");
     ok(build(true));
+}
+
+// ---------------------------------------------------------------------------------------
+// Every independent error at once (issue 35.4).
+
+#[test]
+fn every_independent_error_is_reported_in_instruction_order() {
+    let mut b = B::new();
+    let x = b.input("x", F32, &[c(4)]);
+    let a = b.temp("a", F32, &[c(4)]);
+    let h = b.temp("h", F32, &[c(2)]);
+    let y = b.output("y", F32, &[c(4)]);
+    b.ops(&[
+        Insn::Alloc { t: a },
+        Insn::Relu { dst: a, a: x },
+        Insn::Free { t: a },
+        // A type error and a use before ALLOC on the same instruction: both are reported.
+        Insn::Relu { dst: h, a: x },
+        // A use after FREE.
+        Insn::Relu { dst: a, a: x },
+        Insn::Store { out: y, src: x },
+        Insn::Halt,
+    ]);
+    let errors = verify(b.build()).unwrap_err();
+    assert!(!errors.truncated);
+    assert_eq!(
+        errors.to_string(),
+        "instruction 3 (line 13, RELU): shape mismatch: dst %h (f32[2]) and a %x (f32[4]) must have the same shape\n\
+         instruction 3 (line 13, RELU): writes %h before it is allocated (use before ALLOC %h)\n\
+         instruction 4 (line 14, RELU): writes %a after it was freed (use after FREE, by instruction 2 (line 12, FREE))"
+    );
+}
+
+#[test]
+fn a_join_error_is_not_reported_again_at_every_later_use() {
+    // JZ skips the ALLOC: the join is wrong, and the FREE after it is not a second error.
+    let mut b = B::new();
+    let h = b.temp("h", F32, &[c(4)]);
+    b.ops(&[
+        Insn::Iset { rd: Reg(0), value: 0 },
+        Insn::Jz { cond: Reg(0), target: Target(3) },
+        Insn::Alloc { t: h },
+        Insn::Nop,
+        Insn::Free { t: h },
+    ]);
+    let errors = verify(b.build()).unwrap_err();
+    assert_eq!(errors.errors.len(), 1, "{errors}");
+    assert!(
+        errors.to_string().starts_with("instruction 3 (line 13, NOP): control flow joins here"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn errors_stop_at_the_cap() {
+    let mut b = B::new();
+    let h = b.temp("h", F32, &[c(4)]);
+    for _ in 0..100 {
+        b.op(Insn::Free { t: h });
+    }
+    let errors = verify(b.build()).unwrap_err();
+    assert_eq!(errors.errors.len(), MAX_ERRORS);
+    assert!(errors.truncated);
+    assert!(errors.to_string().ends_with("\n(verification stopped after 20 errors)"), "{errors}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Cost: near linear in the program (issue 34.3). These ran for minutes (L^3 time) or
+// exhausted memory (N * L) before; each must finish in seconds in a debug build.
+
+/// `count` temporaries of 4 floats, allocated in a row.
+fn many_temps(b: &mut B, count: usize) -> Vec<TensorId> {
+    (0..count).map(|k| b.temp(&format!("t{k}"), F32, &[c(4)])).collect()
+}
+
+#[test]
+fn thousands_of_temporaries_allocated_in_a_row_plan_as_a_stack() {
+    let mut b = B::new();
+    let ts = many_temps(&mut b, 3000);
+    for &t in &ts {
+        b.op(Insn::Alloc { t });
+    }
+    for &t in ts.iter().rev() {
+        b.op(Insn::Free { t });
+    }
+    let v = ok(b);
+    // All 3000 are allocated together: each interferes with the 2999 others...
+    assert_eq!(v.interferes_with(ts[1234]).len(), 2999);
+    // ...so the first fit stacks them, one aligned slot each, in allocation order.
+    let plan = v.plan(&[]).unwrap();
+    assert_eq!(plan.peak_bytes, 2999 * ARENA_ALIGN + 16);
+    for (k, &t) in ts.iter().enumerate() {
+        assert_eq!(plan.offsets[t.0 as usize], Some(k as u64 * ARENA_ALIGN));
+    }
+}
+
+#[test]
+fn temporaries_live_across_hundreds_of_thousands_of_instructions_verify() {
+    // 3000 temporaries stay allocated across 300,000 NOPs, then across 100,000 one-instruction
+    // blocks (each a jump to the next): a state per instruction or per block would be
+    // gigabytes.
+    let mut b = B::new();
+    let ts = many_temps(&mut b, 3000);
+    for &t in &ts {
+        b.op(Insn::Alloc { t });
+    }
+    for _ in 0..300_000 {
+        b.op(Insn::Nop);
+    }
+    for _ in 0..100_000 {
+        let next = b.p.code.len() as u32 + 1;
+        b.op(Insn::Jmp { target: Target(next) });
+    }
+    for &t in &ts {
+        b.op(Insn::Free { t });
+    }
+    b.op(Insn::Halt);
+    let n = b.p.code.len();
+    let v = ok(b);
+    assert!((0..n).all(|i| v.is_reachable(i)));
+    assert_eq!(v.plan(&[]).unwrap().peak_bytes, 2999 * ARENA_ALIGN + 16);
+}
+
+#[test]
+fn the_interference_graph_has_a_limit() {
+    // The k-th ALLOC of a row adds k pairs: past 2^24 pairs the program is refused, at the
+    // ALLOC that crosses the limit (0 + 1 + ... + 5793 > 2^24 >= 0 + 1 + ... + 5792), before
+    // the graph is built.
+    assert_eq!(MAX_INTERFERENCE_PAIRS, 1 << 24);
+    let mut b = B::new();
+    let ts = many_temps(&mut b, 6000);
+    for &t in &ts {
+        b.op(Insn::Alloc { t });
+    }
+    for &t in ts.iter().rev() {
+        b.op(Insn::Free { t });
+    }
+    assert_eq!(
+        err(b),
+        "instruction 5793 (line 5803, ALLOC): allocating %t5793 here, with 5793 temporaries already allocated, makes \
+         more than 16777216 pairs of temporaries allocated at the same time in the program (the memory planner's \
+         limit); free temporaries sooner"
+    );
 }

@@ -1294,7 +1294,7 @@ impl<'o> Assembler<'o> {
             spirv: self.spirv,
             kernels: self.kernels,
             debug: DebugInfo {
-                source: self.file.unwrap_or(self.path),
+                source: self.file.unwrap_or_else(|| source_name(&self.path)),
                 lines: self.lines,
                 labels: self.labels,
             },
@@ -1335,4 +1335,14 @@ fn lookup(
             ))
         }
     }
+}
+
+/// The name the program records as its source when no `.file` gives one: the file name alone,
+/// without the folders of the path it was assembled from. The debug section is covered by the
+/// digest, the program's identity, so a path as typed (`programs/mlp.s`, `/home/u/programs/mlp.s`
+/// or `mlp.s` from inside `programs/`) would give the same program three identities.
+fn source_name(path: &str) -> String {
+    std::path::Path::new(path)
+        .file_name()
+        .map_or_else(|| path.to_string(), |name| name.to_string_lossy().into_owned())
 }

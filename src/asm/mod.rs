@@ -44,8 +44,9 @@ impl Default for AsmOptions {
     }
 }
 
-/// Assembles `source`. `path` names the file in error messages and is the program's debug
-/// source unless the source has a `.file` directive. On failure, every error found in the
+/// Assembles `source`. `path` names the file in error messages; its file name (without its
+/// folders, so the program's digest does not depend on where it was assembled from) is the
+/// program's debug source unless the source has a `.file` directive. On failure, every error found in the
 /// file is returned (their `Display` is the full rustc-style report).
 pub fn assemble(source: &str, path: &str, options: &AsmOptions) -> Result<Program, AsmErrors> {
     let mut a = assembler::Assembler::new(path, options);

@@ -14,7 +14,7 @@ use adeadvm::profile::Fanout;
 use adeadvm::trace::{Recorder, DEFAULT_VALUE_BUDGET};
 use adeadvm::vm::{HostTensor, Observer, StepEvent, Wants};
 
-use super::{check_output_path, load_program, SourceArgs};
+use super::{check_output_path, load_program, verify_loaded, SourceArgs};
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -79,7 +79,7 @@ pub fn cmd_generate(a: GenerateArgs) -> Result<()> {
         check_output_path(path)?;
     }
     let tier = a.tier.as_deref().map(api::parse_tier).transpose()?;
-    let program = api::Program::verify_with(load_program(&a.program, &a.source)?, tier)?;
+    let program = verify_loaded(load_program(&a.program, &a.source)?, &a.program, tier)?;
     let vocab = adeadvm::tokenizer::Tokenizer::from_program(program.verified().program())?;
     let generator = GenerationProgram::new(program)?;
     let mut prompts = Vec::new();

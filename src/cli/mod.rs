@@ -11,7 +11,6 @@ use clap::{Args, Parser, Subcommand};
 
 use adeadvm::asm::{self, AsmOptions, DisasmOptions};
 use adeadvm::format::{digest_hex, Program};
-use adeadvm::verify;
 
 /// A deterministic bytecode virtual machine for tensor programs.
 #[derive(Parser)]
@@ -222,6 +221,11 @@ pub fn main() -> i32 {
 }
 
 fn report(e: &anyhow::Error) {
+    // Verifier diagnostics rendered against their source are complete text too.
+    if let Some(rendered) = e.downcast_ref::<RenderedDiagnostics>() {
+        eprint!("{}", rendered.0);
+        return;
+    }
     // Assembler diagnostics are already complete, multi-line, rustc-style text.
     let asm = e.downcast_ref::<asm::AsmErrors>().or(match e.downcast_ref::<adeadvm::Error>() {
         Some(adeadvm::Error::Asm(a)) => Some(a),
@@ -248,6 +252,65 @@ fn load_program(path: &Path, source: &SourceArgs) -> Result<Program> {
     Ok(adeadvm::api::Program::read_unverified(path, &source.define)?)
 }
 
+/// Diagnostics already rendered rustc-style (several lines, a summary at the end), which
+/// `report` prints as they are.
+#[derive(Debug)]
+struct RenderedDiagnostics(String);
+
+impl std::fmt::Display for RenderedDiagnostics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RenderedDiagnostics {}
+
+/// The largest source file read to show verifier errors in context: a `.s` this large is
+/// no program (and `/dev/zero` named as a program's source must not be read forever).
+const MAX_SOURCE_BYTES: u64 = 64 << 20;
+
+/// The text of the file `program` (loaded from `path`) was assembled from, and the name to show
+/// for it: `path` itself for a `.s`; for a `.bib`, its recorded source name (the assembled
+/// file's name), looked up in the `.bib`'s folder. No text when that file is not there.
+fn source_of(path: &Path, program: &Program) -> (Option<String>, String) {
+    let read = |file: &Path| -> Option<String> {
+        let meta = std::fs::metadata(file).ok()?;
+        if !meta.is_file() || meta.len() > MAX_SOURCE_BYTES {
+            return None;
+        }
+        String::from_utf8(std::fs::read(file).ok()?).ok()
+    };
+    if path.extension().is_some_and(|e| e == "s") {
+        return (read(path), path.display().to_string());
+    }
+    let recorded = Path::new(&program.debug.source);
+    if program.debug.source.is_empty() || recorded.is_absolute() {
+        return (None, path.display().to_string());
+    }
+    let beside = path.parent().unwrap_or(Path::new("")).join(recorded);
+    match read(&beside) {
+        Some(text) => (Some(text), beside.display().to_string()),
+        None => (None, program.debug.source.clone()),
+    }
+}
+
+/// Verifies `program`, loaded from `path` (with a tier override). A verification failure
+/// becomes every error rendered rustc-style against the program's source (see
+/// `VerifyErrors::render`); any other error is passed on.
+fn verify_loaded(
+    program: Program,
+    path: &Path,
+    tier: Option<adeadvm::isa::Tier>,
+) -> Result<adeadvm::api::Program> {
+    let (source, name) = source_of(path, &program);
+    adeadvm::api::Program::verify_with(program, tier).map_err(|e| match e {
+        adeadvm::Error::Verify(errors) => {
+            RenderedDiagnostics(errors.render(source.as_deref(), &name, &path.display().to_string())).into()
+        }
+        e => e.into(),
+    })
+}
+
 fn assemble_file(path: &Path, source: &SourceArgs) -> Result<Program> {
     let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let text = String::from_utf8(text).map_err(|_| anyhow!("{} is not UTF-8 text", path.display()))?;
@@ -261,7 +324,7 @@ fn cmd_asm(a: AsmArgs) -> Result<()> {
     let bytes = program.to_bytes();
     let program = Program::from_bytes(bytes.clone())?;
     if !a.no_verify {
-        verify::verify(program.clone())?;
+        verify_loaded(program.clone(), &a.input, None)?;
     }
     let out = a.output.unwrap_or_else(|| a.input.with_extension("bib"));
     write_atomically(&out, &bytes)?;
@@ -302,8 +365,8 @@ fn cmd_disasm(a: DisasmArgs) -> Result<()> {
 
 fn cmd_verify(a: VerifyArgs) -> Result<()> {
     let program = load_program(&a.input, &a.source)?;
-    let verified = verify::verify(program)?;
-    print!("{}", verified.report(&a.dims)?);
+    let loaded = verify_loaded(program, &a.input, None)?;
+    print!("{}", loaded.verified().report(&a.dims)?);
     Ok(())
 }
 

@@ -13,12 +13,12 @@ use adeadvm::profile::{Fanout, Profiler};
 use adeadvm::trace::{Recorder, Replayer, Trace, DEFAULT_VALUE_BUDGET};
 use adeadvm::vm::{HostTensor, Observer, StepEvent, Wants};
 
-use super::{check_output_path, load_program, ReplayArgs, RunArgs, SourceArgs};
+use super::{check_output_path, load_program, verify_loaded, ReplayArgs, RunArgs, SourceArgs};
 
 /// Loads, applies a tier override, and verifies.
 fn prepare(path: &Path, source: &SourceArgs, tier: Option<&str>) -> Result<api::Program> {
     let tier = tier.map(api::parse_tier).transpose()?;
-    Ok(api::Program::verify_with(load_program(path, source)?, tier)?)
+    verify_loaded(load_program(path, source)?, path, tier)
 }
 
 pub fn cmd_run(a: RunArgs) -> Result<()> {

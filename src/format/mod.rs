@@ -240,7 +240,9 @@ pub struct KernelDecl {
 /// Source information: not needed to run, but part of the program's identity.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct DebugInfo {
-    /// The assembly file the program came from, as it was named to the assembler.
+    /// The assembly file the program came from: its file name without folders (or what a
+    /// `.file` directive says), so that the identity does not depend on the folder or the path
+    /// it was assembled from. The CLI looks for it beside a `.bib` to show verifier errors.
     pub source: String,
     /// The source line of each instruction (1-based; 0 when unknown), or empty when none are known.
     pub lines: Vec<u32>,

@@ -4,13 +4,31 @@
 //! The allocated set at a point must be the same along every path into it (so it is fixed by
 //! the first path that reaches the point, and any other is an error); the written outputs join
 //! by intersection and are iterated to a fixpoint with a worklist (smallest index first, so the
-//! first error reported does not depend on hashing or allocation order).
+//! errors reported do not depend on hashing or allocation order).
+//!
+//! Cost: states are kept only at the entries of basic blocks, and they are persistent maps
+//! (`imbl`), so a state is copied in O(1) and an ALLOC or FREE changes O(log L) of it (L: the
+//! temporaries allocated). Inside a block one state is updated in place. A program of N
+//! instructions is analysed in O(N log L) time and memory for straight-line code, whatever
+//! number of temporaries stay allocated across it (the earlier per-instruction copies of the
+//! whole state took O(N * L)); each join compares the allocated sets, which is O(1) when they
+//! share their storage and O(L) otherwise. The interference graph is built from the ALLOCs
+//! alone (a temporary interferes with what is allocated when it is allocated), so its cost is
+//! its size, capped by [`MAX_INTERFERENCE_PAIRS`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::{Ctx, KernelInfo, VerifyError};
+use imbl::{OrdMap, OrdSet};
+
+use super::{Ctx, KernelInfo, Sink, VerifyError};
 use crate::format::TensorKind;
 use crate::isa::{Insn, Instruction, TensorId};
+
+/// The most (temporary, temporary) pairs the ALLOCs of a program may put in the interference
+/// graph (each ALLOC adds one pair per temporary already allocated). It bounds the planner's
+/// memory (8 bytes a pair) and time; a program that keeps 5,000 temporaries allocated at once
+/// stays under it, and real tensor programs keep a few dozen.
+pub const MAX_INTERFERENCE_PAIRS: usize = 1 << 24;
 
 pub struct FlowFacts {
     pub reachable: Vec<bool>,
@@ -23,14 +41,14 @@ pub struct FlowFacts {
 #[derive(Clone, Debug)]
 struct State {
     /// Allocated temporaries and the ALLOC that allocated each.
-    alloc: BTreeMap<u16, usize>,
+    alloc: OrdMap<u16, usize>,
     /// For messages only: temporaries freed on the path that reached here, and by which FREE.
-    freed: BTreeMap<u16, usize>,
-    /// Outputs definitely written.
-    outs: Vec<bool>,
+    freed: OrdMap<u16, usize>,
+    /// Outputs definitely written (by id).
+    outs: OrdSet<u16>,
     /// Allocated temporaries definitely written since their ALLOC. Reading any other would
     /// read whatever bytes the arena held before: not deterministic, so it is refused.
-    init: BTreeSet<u16>,
+    init: OrdSet<u16>,
     /// The instruction this state first arrived from (None: the program start).
     from: Option<usize>,
 }
@@ -48,66 +66,131 @@ struct Flow<'a, 'b> {
     kernels: &'a [KernelInfo],
 }
 
-pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo]) -> Result<FlowFacts, VerifyError> {
+/// Whether two states allocate the same temporaries (the ALLOC sites may differ).
+fn same_alloc(a: &State, b: &State) -> bool {
+    a.alloc.ptr_eq(&b.alloc) || (a.alloc.len() == b.alloc.len() && a.alloc.keys().eq(b.alloc.keys()))
+}
+
+/// Narrows `old` to what `new` also holds; whether it changed.
+fn intersect(old: &mut OrdSet<u16>, new: &OrdSet<u16>) -> bool {
+    if old.ptr_eq(new) || old.is_subset(new) {
+        return false;
+    }
+    *old = old.clone().intersection(new.clone());
+    true
+}
+
+/// Runs the dataflow analysis. Errors go to `sink` (at most one per instruction from its own
+/// checks, one per join point, and the leak and unwritten-output errors of each exit); the
+/// facts come back only when no error was found.
+pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo], sink: &mut Sink) -> Option<FlowFacts> {
     let f = Flow { cx, code, kernels };
     let n = code.len();
-    let nout = cx.p.outputs.len();
-    let mut states: Vec<Option<State>> = vec![None; n];
-    let mut exits: BTreeSet<usize> = BTreeSet::new();
 
     if n == 0 {
         if let Some(o) = cx.p.outputs.first() {
-            return Err(VerifyError::Program {
+            sink.push(VerifyError::Program {
                 message: format!("the program has no instructions, so output {} is never written", o.name),
             });
+            return None;
         }
-        return Ok(FlowFacts {
+        return Some(FlowFacts {
             reachable: vec![],
             interference: vec![Vec::new(); cx.p.tensors.len()],
             alloc_order: f.order(&[]),
             first_alloc: vec![None; cx.p.tensors.len()],
         });
     }
+    // A jump past the end was reported by the instruction checks; without a valid graph there
+    // is nothing more to analyse.
+    if (0..n).any(|i| f.successors(i).iter().any(|s| matches!(s, Succ::To(j) if *j >= n))) {
+        return None;
+    }
 
-    states[0] = Some(State {
-        alloc: BTreeMap::new(),
-        freed: BTreeMap::new(),
-        outs: vec![false; nout],
-        init: BTreeSet::new(),
+    // Basic blocks: a block starts at 0, at every jump target and after every jump or HALT.
+    let mut leader = vec![false; n];
+    leader[0] = true;
+    for (i, ins) in code.iter().enumerate() {
+        if let Insn::Jmp { target } | Insn::Jz { target, .. } | Insn::Jnz { target, .. } = ins.insn {
+            leader[target.0 as usize] = true;
+        }
+        if matches!(ins.insn, Insn::Jmp { .. } | Insn::Jz { .. } | Insn::Jnz { .. } | Insn::Halt) && i + 1 < n
+        {
+            leader[i + 1] = true;
+        }
+    }
+    // Per leader: the index one past the block's last instruction.
+    let mut block_end = vec![0usize; n];
+    let mut end = n;
+    for i in (0..n).rev() {
+        if leader[i] {
+            block_end[i] = end;
+            end = i;
+        }
+    }
+
+    let mut entry: Vec<Option<Box<State>>> = (0..n).map(|_| None).collect();
+    entry[0] = Some(Box::new(State {
+        alloc: OrdMap::new(),
+        freed: OrdMap::new(),
+        outs: OrdSet::new(),
+        init: OrdSet::new(),
         from: None,
-    });
+    }));
+    // Per exit instruction: the state the program ends in there (re-set on every visit, so the
+    // fixpoint's).
+    let mut exits: BTreeMap<usize, State> = BTreeMap::new();
+    // Instructions and join points already reported (a block is revisited until the fixpoint).
+    let mut reported: HashSet<usize> = HashSet::new();
+    let mut join_reported: HashSet<usize> = HashSet::new();
+
     let mut work: BTreeSet<usize> = BTreeSet::from([0]);
-    while let Some(i) = work.pop_first() {
-        let Some(st) = states.get(i).and_then(|s| s.as_ref()) else { continue };
-        let ins = &code[i];
-        let next = f.transfer(i, ins, st)?;
-        for s in f.successors(i) {
+    while let Some(b) = work.pop_first() {
+        if sink.is_full() {
+            return None;
+        }
+        let Some(start) = entry[b].as_deref() else { continue };
+        let mut st = start.clone();
+        let last = block_end[b] - 1;
+        for (i, ins) in code.iter().enumerate().take(last + 1).skip(b) {
+            if matches!(ins.insn, Insn::Halt) {
+                exits.insert(i, st.clone());
+            }
+            if let Some(e) = f.step(i, ins, &mut st) {
+                if reported.insert(i) {
+                    sink.push(e);
+                }
+            }
+            st.from = Some(i);
+        }
+        for s in f.successors(last) {
             let j = match s {
                 Succ::Exit => {
-                    exits.insert(i);
+                    if !matches!(code[last].insn, Insn::Halt) {
+                        exits.insert(last, st.clone());
+                    }
                     continue;
                 }
                 Succ::To(j) => j,
             };
-            match &mut states[j] {
+            match &mut entry[j] {
                 slot @ None => {
-                    *slot = Some(State { from: Some(i), ..next.clone() });
+                    *slot = Some(Box::new(State { from: Some(last), ..st.clone() }));
                     work.insert(j);
                 }
                 Some(old) => {
-                    if old.alloc.keys().ne(next.alloc.keys()) {
-                        return Err(f.join_error(j, old, &next, i));
-                    }
                     let mut changed = false;
-                    for (a, b) in old.outs.iter_mut().zip(&next.outs) {
-                        if *a && !*b {
-                            *a = false;
-                            changed = true;
+                    if !same_alloc(old, &st) {
+                        if join_reported.insert(j) {
+                            sink.push(f.join_error(j, old, &st, last));
                         }
+                        // Go on as if both paths' temporaries were allocated here, so what
+                        // follows is not also reported as a use of a temporary not allocated.
+                        let before = old.alloc.len();
+                        old.alloc = old.alloc.clone().union(st.alloc.clone());
+                        changed = old.alloc.len() != before;
                     }
-                    let before = old.init.len();
-                    old.init.retain(|t| next.init.contains(t));
-                    changed |= old.init.len() != before;
+                    changed |= intersect(&mut old.outs, &st.outs) | intersect(&mut old.init, &st.init);
                     if changed {
                         work.insert(j);
                     }
@@ -117,66 +200,119 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo]) -> Result
     }
 
     // Exits: nothing may stay allocated, every output must be written.
-    for &i in &exits {
-        let Some(st) = states[i].as_ref() else { continue };
-        let ins = &code[i];
-        let end = if matches!(ins.insn, Insn::Halt) { st.clone() } else { f.transfer(i, ins, st)? };
-        let how = if matches!(ins.insn, Insn::Halt) {
+    let nout = cx.p.outputs.len();
+    for (&i, end) in &exits {
+        if sink.is_full() {
+            return None;
+        }
+        let how = if matches!(code[i].insn, Insn::Halt) {
             "the program ends here"
         } else {
             "the program ends after this instruction (the end of the code)"
         };
         if let Some((&t, &site)) = end.alloc.iter().next() {
-            return Err(f.err(
+            let (more, them) = match end.alloc.len() - 1 {
+                0 => (String::new(), "it"),
+                1 => (" and 1 more temporary".to_string(), "them"),
+                k => (format!(" and {k} more temporaries"), "them"),
+            };
+            sink.push(f.err(
                 i,
                 format!(
-                    "{how} with {} still allocated (leaked; allocated by {}); FREE it before the program ends",
+                    "{how} with {} still allocated (leaked; allocated by {}){more}; FREE {them} before the program ends",
                     f.cx.name(TensorId(t)),
                     f.at(site)
                 ),
             ));
         }
-        if let Some(o) = end.outs.iter().position(|w| !w) {
+        if end.outs.len() < nout {
+            // The first output id the set lacks: its ids are sorted and distinct.
+            let o = end
+                .outs
+                .iter()
+                .enumerate()
+                .find(|&(k, &id)| k != id as usize)
+                .map_or(end.outs.len(), |(k, _)| k);
             let name = f.cx.p.outputs.get(o).map_or("?", |o| o.name.as_str());
-            return Err(f.err(
+            sink.push(f.err(
                 i,
                 format!("{how}, but output {name} is not written on every path to this point; STORE {name} before it"),
             ));
         }
     }
+    if !sink.is_empty() {
+        return None;
+    }
 
-    // Interference: temporaries allocated together at some reachable point (an ALLOC counts
-    // its own tensor as allocated together with everything already allocated).
-    let reachable: Vec<bool> = states.iter().map(|s| s.is_some()).collect();
-    let mut sets: HashSet<Vec<u16>> = HashSet::new();
+    let reachable: Vec<bool> = {
+        let mut r = vec![false; n];
+        for b in (0..n).filter(|&b| entry[b].is_some()) {
+            r[b..block_end[b]].iter_mut().for_each(|x| *x = true);
+        }
+        r
+    };
+
+    // Interference: a temporary interferes with everything allocated when it is allocated.
+    // (Two temporaries allocated together at a point were, on the path there, allocated one
+    // after the other, and the later ALLOC saw the earlier one.)
+    // First count the pairs, so a program over the limit is refused before anything is built.
+    let mut pair_count = 0usize;
+    for b in 0..n {
+        let Some(start) = entry[b].as_deref() else { continue };
+        let mut live = start.alloc.clone();
+        for (i, ins) in code.iter().enumerate().take(block_end[b]).skip(b) {
+            match ins.insn {
+                Insn::Alloc { t } => {
+                    pair_count += live.len();
+                    if pair_count > MAX_INTERFERENCE_PAIRS {
+                        sink.push(f.err(
+                            i,
+                            format!(
+                                "allocating {} here, with {} temporaries already allocated, makes more than \
+                                 {MAX_INTERFERENCE_PAIRS} pairs of temporaries allocated at the same time in the \
+                                 program (the memory planner's limit); free temporaries sooner",
+                                f.cx.name(t),
+                                live.len()
+                            ),
+                        ));
+                        return None;
+                    }
+                    live.insert(t.0, i);
+                }
+                Insn::Free { t } => {
+                    live.remove(&t.0);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut pairs: Vec<(u16, u16)> = Vec::with_capacity(2 * pair_count);
     let mut first_alloc: HashMap<u16, usize> = HashMap::new();
-    for (i, st) in states.iter().enumerate() {
-        let Some(st) = st else { continue };
-        let mut live: Vec<u16> = st.alloc.keys().copied().collect();
-        if let Insn::Alloc { t } = code[i].insn {
-            first_alloc.entry(t.0).or_insert(i);
-            if let Err(at) = live.binary_search(&t.0) {
-                live.insert(at, t.0);
-            }
-        }
-        if live.len() > 1 {
-            sets.insert(live);
-        }
-    }
-    let mut adj: Vec<BTreeSet<u16>> = vec![BTreeSet::new(); cx.p.tensors.len()];
-    for set in &sets {
-        for (k, &a) in set.iter().enumerate() {
-            for &b in &set[k + 1..] {
-                if let Some(s) = adj.get_mut(a as usize) {
-                    s.insert(b);
+    for b in 0..n {
+        let Some(start) = entry[b].as_deref() else { continue };
+        let mut live = start.alloc.clone();
+        for (i, ins) in code.iter().enumerate().take(block_end[b]).skip(b) {
+            match ins.insn {
+                Insn::Alloc { t } => {
+                    first_alloc.entry(t.0).and_modify(|at| *at = (*at).min(i)).or_insert(i);
+                    pairs.extend(live.keys().flat_map(|&u| [(t.0, u), (u, t.0)]));
+                    live.insert(t.0, i);
                 }
-                if let Some(s) = adj.get_mut(b as usize) {
-                    s.insert(a);
+                Insn::Free { t } => {
+                    live.remove(&t.0);
                 }
+                _ => {}
             }
         }
     }
-    let interference = adj.into_iter().map(|s| s.into_iter().map(TensorId).collect()).collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let mut interference: Vec<Vec<TensorId>> = vec![Vec::new(); cx.p.tensors.len()];
+    for (a, b) in pairs {
+        if let Some(v) = interference.get_mut(a as usize) {
+            v.push(TensorId(b));
+        }
+    }
     let mut fa: Vec<(u16, usize)> = first_alloc.into_iter().collect();
     fa.sort();
     let mut firsts = vec![None; cx.p.tensors.len()];
@@ -185,7 +321,7 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo]) -> Result
             *slot = Some(i);
         }
     }
-    Ok(FlowFacts { reachable, interference, alloc_order: f.order(&fa), first_alloc: firsts })
+    Some(FlowFacts { reachable, interference, alloc_order: f.order(&fa), first_alloc: firsts })
 }
 
 impl Flow<'_, '_> {
@@ -258,29 +394,42 @@ impl Flow<'_, '_> {
         ))
     }
 
-    fn transfer(&self, i: usize, ins: &Instruction, st: &State) -> Result<State, VerifyError> {
-        let mut s = st.clone();
-        s.from = Some(i);
+    /// Applies instruction `i` to `st` in place; returns its first error, if any. Every check
+    /// sees the state before the instruction (its writes land after its reads are checked).
+    /// After an error the state is what the instruction would leave if it were valid, so the
+    /// analysis goes on to find independent errors; a read of an unwritten temporary marks it
+    /// written, so that one mistake is reported once and not at every later read.
+    fn step(&self, i: usize, ins: &Instruction, st: &mut State) -> Option<VerifyError> {
+        let mut first: Option<VerifyError> = None;
+        let mut fail = |r: Result<(), VerifyError>| {
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        };
         match ins.insn {
+            // ALLOC and FREE of anything but a temporary were refused by the instruction
+            // checks; tracking them here would only report the same mistake again.
+            Insn::Alloc { t } | Insn::Free { t } if !self.is_temp(t) => {}
             Insn::Alloc { t } => {
                 if let Some(&site) = st.alloc.get(&t.0) {
-                    return Err(self.err(
+                    fail(Err(self.err(
                         i,
                         format!(
                             "{} is already allocated (by {}); FREE it before allocating it again",
                             self.cx.name(t),
                             self.at(site)
                         ),
-                    ));
+                    )));
+                } else {
+                    st.alloc.insert(t.0, i);
+                    st.freed.remove(&t.0);
+                    st.init.remove(&t.0);
                 }
-                s.alloc.insert(t.0, i);
-                s.freed.remove(&t.0);
-                s.init.remove(&t.0);
             }
             Insn::Free { t } => {
                 if !st.alloc.contains_key(&t.0) {
                     let name = self.cx.name(t);
-                    return Err(self.err(
+                    fail(Err(self.err(
                         i,
                         match st.freed.get(&t.0) {
                             Some(&f) => format!("double free: {name} was already freed by {}", self.at(f)),
@@ -288,60 +437,76 @@ impl Flow<'_, '_> {
                                 format!("FREE of {name}, which is not allocated here (FREE before ALLOC)")
                             }
                         },
-                    ));
+                    )));
+                } else {
+                    st.alloc.remove(&t.0);
+                    st.freed.insert(t.0, i);
+                    st.init.remove(&t.0);
                 }
-                s.alloc.remove(&t.0);
-                s.freed.insert(t.0, i);
-                s.init.remove(&t.0);
             }
             Insn::Kernel { k } => {
                 let decl = self.cx.p.kernels.get(k.0 as usize);
                 let info = self.kernels.get(k.0 as usize);
                 if let (Some(decl), Some(info)) = (decl, info) {
+                    let mut written = Vec::new();
+                    let mut unwritten_reads = Vec::new();
                     for (b, (&t, &w)) in decl.bindings.iter().zip(&info.written).enumerate() {
                         let verb = format!("binding {b} {}", if w { "writes" } else { "reads" });
-                        self.need_alloc(i, st, t, &verb)?;
+                        fail(self.need_alloc(i, st, t, &verb));
                         if w {
-                            s.init.insert(t.0);
-                        } else {
-                            self.need_init(i, st, t, &verb)?;
+                            written.push(t.0);
+                        } else if let Err(e) = self.need_init(i, st, t, &verb) {
+                            fail(Err(e));
+                            unwritten_reads.push(t.0);
                         }
+                    }
+                    for t in written.into_iter().chain(unwritten_reads) {
+                        st.init.insert(t);
                     }
                 }
             }
             ref insn => {
+                let mut unwritten_reads = Vec::new();
                 for t in insn.reads() {
-                    self.need_alloc(i, st, t, "reads")?;
-                    self.need_init(i, st, t, "reads")?;
+                    fail(self.need_alloc(i, st, t, "reads"));
+                    if let Err(e) = self.need_init(i, st, t, "reads") {
+                        fail(Err(e));
+                        unwritten_reads.push(t.0);
+                    }
                 }
                 if let Some(t) = insn.updates() {
                     // A partial write keeps the rest of the tensor: it must hold data already.
-                    self.need_alloc(i, st, t, "writes into")?;
-                    self.need_init(i, st, t, "writes into part of")?;
+                    fail(self.need_alloc(i, st, t, "writes into"));
+                    fail(self.need_init(i, st, t, "writes into part of"));
                 }
                 if let Some(t) = insn.writes() {
-                    self.need_alloc(i, st, t, "writes")?;
+                    fail(self.need_alloc(i, st, t, "writes"));
                     if self.is_temp(t) {
-                        s.init.insert(t.0);
+                        st.init.insert(t.0);
+                    }
+                }
+                for t in unwritten_reads {
+                    if st.alloc.contains_key(&t) {
+                        st.init.insert(t);
                     }
                 }
                 if let Insn::Store { out, .. } = *insn {
-                    if let Some(w) = s.outs.get_mut(out.0 as usize) {
-                        *w = true;
+                    if (out.0 as usize) < self.cx.p.outputs.len() {
+                        st.outs.insert(out.0);
                     }
                 }
             }
         }
-        Ok(s)
+        first
     }
 
     fn join_error(&self, j: usize, old: &State, new: &State, from: usize) -> VerifyError {
         let diff = old
             .alloc
             .keys()
-            .filter(|t| !new.alloc.contains_key(t))
+            .filter(|t| !new.alloc.contains_key(*t))
             .map(|t| (*t, true))
-            .chain(new.alloc.keys().filter(|t| !old.alloc.contains_key(t)).map(|t| (*t, false)))
+            .chain(new.alloc.keys().filter(|t| !old.alloc.contains_key(*t)).map(|t| (*t, false)))
             .min();
         let old_from = match old.from {
             Some(p) => format!("coming from {}", self.at(p)),

@@ -2,24 +2,38 @@
 //! These run on every instruction, reachable or not.
 
 use super::shape::{broadcast, broadcasts_to, count, norm_axis};
-use super::{Ctx, VerifyError};
+use super::{Ctx, Sink};
 use crate::format::{TensorDecl, TensorKind};
 use crate::isa::{DType, Dim, Insn, Instruction, Opcode, Operand, Placement, TensorId, Tier};
 
 type R = Result<(), String>;
 
-pub fn decode_and_check(cx: &Ctx) -> Result<Vec<Instruction>, VerifyError> {
+/// Decodes and checks every instruction, reporting each failing one to `sink` (one error per
+/// instruction: its checks depend on each other, but instructions do not). An instruction
+/// that decodes is returned even when a check failed, so the dataflow analysis can still look
+/// for errors of its own; one that does not decode is `None`.
+pub fn decode_and_check(cx: &Ctx, sink: &mut Sink) -> Vec<Option<Instruction>> {
     let mut out = Vec::with_capacity(cx.p.code.len());
     for (i, bytes) in cx.p.code.iter().enumerate() {
-        let ins = Instruction::decode(bytes).map_err(|e| {
-            let m = Opcode::from_u8(bytes[0]).map(|o| o.info().mnemonic);
-            cx.insn_err(i, m, format!("cannot decode the instruction: {e}"))
-        })?;
-        let c = Check { cx };
-        c.check(&ins).map_err(|msg| cx.insn_err(i, Some(ins.insn.info().mnemonic), msg))?;
-        out.push(ins);
+        if sink.is_full() {
+            break;
+        }
+        match Instruction::decode(bytes) {
+            Ok(ins) => {
+                let c = Check { cx };
+                if let Err(msg) = c.check(&ins) {
+                    sink.push(cx.insn_err(i, Some(ins.insn.info().mnemonic), msg));
+                }
+                out.push(Some(ins));
+            }
+            Err(e) => {
+                let m = Opcode::from_u8(bytes[0]).map(|o| o.info().mnemonic);
+                sink.push(cx.insn_err(i, m, format!("cannot decode the instruction: {e}")));
+                out.push(None);
+            }
+        }
     }
-    Ok(out)
+    out
 }
 
 struct Check<'a, 'b> {

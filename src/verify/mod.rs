@@ -13,9 +13,14 @@
 //! Symbolic dimensions are treated conservatively: two dims agree only when they are the same
 //! constant or the same symbol, and numpy broadcasting stretches only a constant 1.
 //!
-//! The first error found is returned (checks run in a fixed order: tables, then instructions
-//! in index order, then dataflow), and every message names what it is about: the instruction
-//! index, its source line and mnemonic, the tensors by `%name` with their declared types.
+//! Every independent error is reported ([`VerifyErrors`]), up to [`MAX_ERRORS`]: the tables
+//! are checked first and their first error stops verification (every later check reads them);
+//! then every instruction is checked (one error per instruction), and, when every instruction
+//! decodes and every jump lands in the code, the dataflow analysis adds its own errors (one
+//! per instruction, one per join point, and what each exit leaks or leaves unwritten). Every
+//! message names what it is about: the instruction index, its source line and mnemonic, the
+//! tensors by `%name` with their declared types. [`VerifyErrors::render`] shows them like
+//! rustc's, each under its source line with a caret.
 
 use std::fmt;
 
@@ -31,6 +36,7 @@ mod shape;
 mod spirv;
 mod table;
 
+pub use flow::MAX_INTERFERENCE_PAIRS;
 pub use plan::{MemoryPlan, PlanError, ARENA_ALIGN};
 pub(crate) use spirv::check_layout as check_spirv_layout;
 
@@ -115,13 +121,167 @@ pub struct VerifiedProgram {
     first_alloc: Vec<Option<usize>>,
 }
 
+/// The most errors one verification reports: past it, what follows is usually the same
+/// mistake again, and a hostile program could otherwise make the report as large as itself.
+pub const MAX_ERRORS: usize = 20;
+
+/// Every error found in a program (at least one), in the order of the instructions they are
+/// about. `Display` writes one per line; [`VerifyErrors::render`] writes them rustc-style.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyErrors {
+    pub errors: Vec<VerifyError>,
+    /// Whether verification stopped at [`MAX_ERRORS`], so more errors may exist.
+    pub truncated: bool,
+}
+
+impl std::error::Error for VerifyErrors {}
+
+impl From<VerifyError> for VerifyErrors {
+    fn from(e: VerifyError) -> VerifyErrors {
+        VerifyErrors { errors: vec![e], truncated: false }
+    }
+}
+
+impl fmt::Display for VerifyErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, e) in self.errors.iter().enumerate() {
+            if k > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        if self.truncated {
+            write!(f, "\n(verification stopped after {MAX_ERRORS} errors)")?;
+        }
+        Ok(())
+    }
+}
+
+impl VerifyErrors {
+    /// The first error (there is always one).
+    pub fn first(&self) -> &VerifyError {
+        &self.errors[0]
+    }
+
+    /// The report as a user reads it, rustc-style: each error about an instruction (with a
+    /// recorded source line) gets a `--> path:line:col` line, the source line and a caret under
+    /// the instruction, when `source` (the text of the file the program was assembled from) is
+    /// given and that line still holds the instruction, else `--> path:line` alone; the others
+    /// are plain `error:` lines. `path` names the source file, `program` what was verified (the
+    /// same for a `.s`; the `.bib` for one), which the closing summary line names.
+    pub fn render(&self, source: Option<&str>, path: &str, program: &str) -> String {
+        let lines: Vec<&str> = source.map(|s| s.lines().collect()).unwrap_or_default();
+        let mut out = String::new();
+        for e in &self.errors {
+            out += &render_one(e, &lines, path);
+            out += "\n";
+        }
+        if self.truncated {
+            out +=
+                &format!("note: verification stopped after {MAX_ERRORS} errors; fix these to see more\n\n");
+        }
+        let n = self.errors.len();
+        out += &format!(
+            "error: could not verify {program} due to {n}{} previous error{}\n",
+            if self.truncated { " or more" } else { "" },
+            if n == 1 { "" } else { "s" }
+        );
+        out
+    }
+}
+
+/// One error, rendered (see [`VerifyErrors::render`]).
+fn render_one(e: &VerifyError, lines: &[&str], path: &str) -> String {
+    let VerifyError::Instruction { index, line: Some(line), mnemonic, message } = e else {
+        return format!("error: {e}\n");
+    };
+    let label = match mnemonic {
+        Some(m) => format!("instruction {index} ({m})"),
+        None => format!("instruction {index}"),
+    };
+    let text = lines.get(*line as usize - 1).copied();
+    match text.zip(mnemonic.as_ref()).and_then(|(t, m)| instruction_span(t, m).map(|s| (t, s))) {
+        Some((text, span)) => crate::asm::AsmError {
+            kind: crate::asm::AsmErrorKind::Other { message: message.clone(), label },
+            line: *line as usize,
+            span,
+            text: text.to_string(),
+            notes: vec![],
+        }
+        .render(path),
+        None => {
+            let g = " ".repeat(line.to_string().len());
+            format!("error: {message}\n{g}--> {path}:{line}\n{g} |\n{g} = note: {label}\n")
+        }
+    }
+}
+
+/// The byte range of the instruction on a source line: from its mnemonic to the end of its
+/// operands (before any comment). None when the line does not hold that mnemonic (the source
+/// changed since the program was assembled), so no wrong line is shown.
+fn instruction_span(text: &str, mnemonic: &str) -> Option<std::ops::Range<usize>> {
+    let code = &text[..text.find(';').unwrap_or(text.len())];
+    let upper = code.to_ascii_uppercase();
+    let start = upper.match_indices(mnemonic).map(|(at, _)| at).find(|&at| {
+        let before = upper[..at].chars().next_back();
+        let after = upper[at + mnemonic.len()..].chars().next();
+        let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || "_.%$".contains(c));
+        !word(before) && !word(after)
+    })?;
+    Some(start..code.trim_end().len())
+}
+
+/// Collects errors up to [`MAX_ERRORS`].
+pub(crate) struct Sink {
+    errors: Vec<VerifyError>,
+    truncated: bool,
+}
+
+impl Sink {
+    fn new() -> Sink {
+        Sink { errors: Vec::new(), truncated: false }
+    }
+    /// Records an error (past the cap, only that there were more).
+    pub fn push(&mut self, e: VerifyError) {
+        if self.errors.len() < MAX_ERRORS {
+            self.errors.push(e);
+        } else {
+            self.truncated = true;
+        }
+    }
+    /// Whether the cap is reached: checks may stop.
+    pub fn is_full(&self) -> bool {
+        self.errors.len() >= MAX_ERRORS
+    }
+    pub fn is_empty(&self) -> bool {
+        self.errors.is_empty()
+    }
+    /// The errors, ordered by the instruction they are about (stable: an instruction's own
+    /// error before the dataflow's), program-wide errors first.
+    fn finish(mut self) -> VerifyErrors {
+        self.errors.sort_by_key(|e| e.instruction().map_or(0, |i| i + 1));
+        VerifyErrors { truncated: self.truncated || self.errors.len() >= MAX_ERRORS, errors: self.errors }
+    }
+}
+
 /// Verifies a program. See the module documentation for what is checked.
-pub fn verify(program: Program) -> Result<VerifiedProgram, VerifyError> {
+pub fn verify(program: Program) -> Result<VerifiedProgram, VerifyErrors> {
     let cx = Ctx { p: &program };
     table::check_tables(&cx)?;
     let kernels = table::check_kernels(&cx)?;
-    let instructions = insn::decode_and_check(&cx)?;
-    let facts = flow::analyze(&cx, &instructions, &kernels)?;
+    let mut sink = Sink::new();
+    let decoded = insn::decode_and_check(&cx, &mut sink);
+    let all_decoded: Option<Vec<Instruction>> = decoded.into_iter().collect();
+    let facts = match all_decoded {
+        Some(instructions) if !sink.is_full() => {
+            flow::analyze(&cx, &instructions, &kernels, &mut sink).map(|f| (instructions, f))
+        }
+        _ => None,
+    };
+    let (instructions, facts) = match facts {
+        Some(done) if sink.is_empty() => done,
+        _ => return Err(sink.finish()),
+    };
     Ok(VerifiedProgram {
         instructions,
         kernels,
