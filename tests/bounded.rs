@@ -326,7 +326,7 @@ fn a_kernel_running_past_the_gpu_timeout_is_reported_and_the_process_exits() {
     std::fs::copy(root().join("tests/support/kernels/spin.spv"), dir.path().join("spin.spv")).unwrap();
     let source = ".tier fast\n.input %x f32[64]\n.tensor %y f32[64]\n.output y f32[64]\n\
         .spirv spin = file(\"spin.spv\")\n\
-        .kernel k = spin \"main\" bindings(%x, %y) push(u32 4294967295, u32 64) groups(1, 1, 1)\n\
+        .kernel k = spin \"main\" bindings(%x, %y) push(u32 65535, u32 64) groups(65535, 1, 1)\n\
         ALLOC %y\nKERNEL k\nGPU_SYNC\nSTORE y, %y\nFREE %y\n";
     std::fs::write(dir.path().join("spin.s"), source).unwrap();
     let x = HostTensor::from_f32(vec![64], &[1.0; 64]).unwrap();
@@ -346,4 +346,67 @@ fn a_kernel_running_past_the_gpu_timeout_is_reported_and_the_process_exits() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(listing(dir.path()), ["spin.s", "spin.spv", "x.npy"]);
     eprintln!("the timeout was reported and the process exited after {:?}", start.elapsed());
+}
+
+/// The same through the C ABI: after a run fails, `adeadvm_session_output` reports
+/// `ADEADVM_STATUS_NOT_WRITTEN` and why, instead of OK with the earlier run's tensors.
+#[test]
+fn after_a_failed_run_the_c_abi_reports_no_outputs() {
+    use adeadvm::ffi::*;
+    use std::ffi::{CStr, CString};
+    use std::ptr::{null, null_mut};
+    let source = CString::new(
+        ".input %x f32[N]\n.output y f32[N]\nALLOC %t: f32[N]\nADD %t, %x, %x\nSTORE y, %t\nFREE %t\n",
+    )
+    .unwrap();
+    let last_error = || {
+        // SAFETY: adeadvm_last_error always returns a valid NUL-terminated string.
+        unsafe { CStr::from_ptr(adeadvm_last_error()) }.to_string_lossy().into_owned()
+    };
+    let mut program = null_mut();
+    // SAFETY: valid strings and a writable out pointer.
+    assert_eq!(unsafe { adeadvm_program_from_asm(source.as_ptr(), null(), &mut program) }, AdeadvmStatus::Ok);
+    // SAFETY: zeroed is a valid AdeadvmConfig before adeadvm_config_default fills it.
+    let mut config: AdeadvmConfig = unsafe { std::mem::zeroed() };
+    // SAFETY: `config` is writable.
+    assert_eq!(unsafe { adeadvm_config_default(&mut config) }, AdeadvmStatus::Ok);
+    config.backend = c"cpu".as_ptr();
+    config.max_memory = 4096;
+    let mut session = null_mut();
+    // SAFETY: a live program, a readable config and a writable out pointer.
+    assert_eq!(unsafe { adeadvm_session_new(program, &config, &mut session) }, AdeadvmStatus::Ok);
+    let y = c"y";
+    let x = c"x";
+    let run_with = |n: usize| {
+        let data = vec![1.0f32; n];
+        // SAFETY: a live session; `shape` holds 1 value and `data` n floats.
+        let set = unsafe {
+            adeadvm_session_set_input(session, x.as_ptr(), 0, &n, 1, data.as_ptr().cast(), n * 4)
+        };
+        assert_eq!(set, AdeadvmStatus::Ok, "{}", last_error());
+        // SAFETY: a live session.
+        unsafe { adeadvm_session_run(session) }
+    };
+    let output = || {
+        let (mut dtype, mut shape, mut rank, mut data, mut nbytes) = (0u32, [0usize; 8], 0usize, null(), 0usize);
+        // SAFETY: a live session; every out pointer is writable, `shape` holds 8 values.
+        unsafe {
+            adeadvm_session_output(session, y.as_ptr(), &mut dtype, shape.as_mut_ptr(), 8, &mut rank, &mut data, &mut nbytes)
+        }
+    };
+    assert_eq!(run_with(4), AdeadvmStatus::Ok, "{}", last_error());
+    assert_eq!(output(), AdeadvmStatus::Ok);
+    // 1000 floats in, 1000 out and the arena: past the 4096-byte budget.
+    assert_eq!(run_with(1000), AdeadvmStatus::Budget);
+    assert_eq!(output(), AdeadvmStatus::NotWritten);
+    let err = last_error();
+    assert!(
+        err.starts_with("output `y`: there are no outputs, the last run failed: this run needs "),
+        "{err}"
+    );
+    // SAFETY: live handles, each freed once.
+    unsafe {
+        adeadvm_session_free(session);
+        adeadvm_program_free(program);
+    }
 }

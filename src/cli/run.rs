@@ -56,8 +56,16 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
         let limit = a.max_memory.unwrap_or(adeadvm::input::DEFAULT_READ_LIMIT);
         let tensor = adeadvm::npy::read_limited(path, declared.map(|d| d.dtype), limit)
             .with_context(|| format!("--input {name}={}", path.display()))?;
-        vm.set_input(name, &tensor).with_context(|| format!("--input {name}={}", path.display()))?;
-        recorded_inputs.push((name.clone(), tensor));
+        let bind = |vm: &mut api::Session, tensor| {
+            vm.set_input(name, tensor).with_context(|| format!("--input {name}={}", path.display()))
+        };
+        // Only a recording keeps a second copy of the inputs (the trace holds them).
+        if a.record.is_some() {
+            bind(&mut vm, tensor.clone())?;
+            recorded_inputs.push((name.clone(), tensor));
+        } else {
+            bind(&mut vm, tensor)?;
+        }
     }
 
     let mut progress = Progress::new(program.instructions().len());

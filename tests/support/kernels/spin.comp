@@ -1,8 +1,11 @@
-// spin.comp — a kernel that runs for as long as its caller asks: each invocation iterates
-// `rounds` times 2^20 steps of a recurrence the compiler cannot remove, then writes
-// y[i]. With rounds = 0xFFFFFFFF it runs for days on any device: tests/robustness.rs uses it
-// to make ADEADVM_GPU_TIMEOUT fire on a real long-running KERNEL.
-// Bindings: set 0, binding 0 = x (read), binding 1 = y (written).
+// spin.comp — a kernel that runs for hours: tests/bounded.rs uses it to make
+// ADEADVM_GPU_TIMEOUT fire on a real long-running KERNEL (no fault injection).
+// Every invocation of every workgroup runs `rounds` times 512 steps of a recurrence that
+// loads from x at an address the previous step decides (so no compiler can fold it), then
+// invocations below n write y[i]. lavapipe (llvmpipe) ends any shader loop after 65535
+// iterations, so the work is in the 512 steps written out per iteration and in the number of
+// workgroups: groups(65535, 1, 1) with rounds = 65535 is about 10^15 steps.
+// Bindings: set 0, binding 0 = x (read, 64 floats), binding 1 = y (written).
 // Push constants: uint rounds, uint n. Workgroup: 64 invocations.
 // Rebuild: glslc --target-env=vulkan1.1 -O tests/support/kernels/spin.comp -o tests/support/kernels/spin.spv
 #version 450
@@ -15,16 +18,18 @@ layout(push_constant) uniform Push {
     uint n;
 } pc;
 
+#define STEP v = v * 1664525u + floatBitsToUint(x[v & 63u]);
+#define STEP8 STEP STEP STEP STEP STEP STEP STEP STEP
+#define STEP64 STEP8 STEP8 STEP8 STEP8 STEP8 STEP8 STEP8 STEP8
+#define STEP512 STEP64 STEP64 STEP64 STEP64 STEP64 STEP64 STEP64 STEP64
+
 void main() {
     uint i = gl_GlobalInvocationID.x;
-    if (i >= pc.n) {
-        return;
-    }
-    uint v = floatBitsToUint(x[i]);
+    uint v = i;
     for (uint r = 0u; r < pc.rounds; r++) {
-        for (uint k = 0u; k < 1048576u; k++) {
-            v = v * 1664525u + 1013904223u;
-        }
+        STEP512
     }
-    y[i] = uintBitsToFloat(v);
+    if (i < pc.n) {
+        y[i] = uintBitsToFloat(v);
+    }
 }
