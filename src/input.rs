@@ -132,7 +132,10 @@ mod tests {
     #[test]
     fn devices_folders_and_fifos_are_refused_without_reading() {
         let err = read_file(Path::new("/dev/zero"), u64::MAX).unwrap_err();
-        assert_eq!(err.to_string(), "it is a character device, not a regular file (adeadvm reads only regular files)");
+        assert_eq!(
+            err.to_string(),
+            "it is a character device, not a regular file (adeadvm reads only regular files)"
+        );
         let dir = tempfile::tempdir().unwrap();
         let err = read_file(dir.path(), u64::MAX).unwrap_err();
         assert_eq!(err.to_string(), "it is a folder, not a regular file (adeadvm reads only regular files)");

@@ -47,7 +47,8 @@ pub fn read(path: &Path, want: Option<DType>) -> Result<HostTensor, NpyError> {
 /// the memory budget). Only a regular file is read (see [`crate::input::read_file`]).
 pub fn read_limited(path: &Path, want: Option<DType>, limit: u64) -> Result<HostTensor, NpyError> {
     let p = path.display().to_string();
-    let bytes = crate::input::read_file(path, limit).map_err(|source| NpyError::Io { path: p.clone(), source })?;
+    let bytes =
+        crate::input::read_file(path, limit).map_err(|source| NpyError::Io { path: p.clone(), source })?;
     parse(&bytes, &p, want)
 }
 

@@ -48,7 +48,10 @@ fn adeadvm(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> (Option<i32>, Str
         if start.elapsed() > WATCHDOG {
             child.kill().unwrap();
             child.wait().unwrap();
-            panic!("adeadvm {args:?} still ran after {WATCHDOG:?}: it hangs (stderr: {})", err.join().unwrap());
+            panic!(
+                "adeadvm {args:?} still ran after {WATCHDOG:?}: it hangs (stderr: {})",
+                err.join().unwrap()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -61,8 +64,10 @@ fn root() -> PathBuf {
 
 /// The files in `dir`, sorted (temporary files of a failed write would show up here).
 fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     v.sort();
     v
 }
@@ -98,7 +103,18 @@ fn a_recording_of_an_endless_loop_stops_at_its_limit_with_a_clear_error_and_writ
     let dir = tempfile::tempdir().unwrap();
     setup(dir.path(), "loop.s", ENDLESS);
     let (code, _, err) = adeadvm(
-        &["run", "loop.s", "--input", "x=x.npy", "--max-memory", "1M", "--record", "t.trc", "--output", "y=y.npy"],
+        &[
+            "run",
+            "loop.s",
+            "--input",
+            "x=x.npy",
+            "--max-memory",
+            "1M",
+            "--record",
+            "t.trc",
+            "--output",
+            "y=y.npy",
+        ],
         dir.path(),
         &[],
     );
@@ -141,7 +157,8 @@ fn more_threads_than_the_limit_are_refused_at_once() {
     setup(dir.path(), "two.s", TWO_OUTPUTS);
     let cores = std::thread::available_parallelism().unwrap().get();
     let max = cores * adeadvm::vm::MAX_THREADS_PER_CORE;
-    let (code, _, err) = adeadvm(&["run", "two.s", "--input", "x=x.npy", "--threads", "100000"], dir.path(), &[]);
+    let (code, _, err) =
+        adeadvm(&["run", "two.s", "--input", "x=x.npy", "--threads", "100000"], dir.path(), &[]);
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(
         err,
@@ -165,7 +182,8 @@ fn the_memory_budget_counts_the_scratch_copy_and_owned_constants() {
     // Arena 4096, inputs and outputs 8192, the splat 4096 and the scratch copy 4096.
     let needed = 4096 + 8192 + 4096 + 4096;
     let run = |budget: u64| {
-        let mut s = Session::new(&program, &Config { max_memory: Some(budget), ..Config::default() }).unwrap();
+        let mut s =
+            Session::new(&program, &Config { max_memory: Some(budget), ..Config::default() }).unwrap();
         s.set_input("x", &x).unwrap();
         s.run().map(|_| s.output("y").unwrap().to_f32().unwrap()[0])
     };
@@ -195,7 +213,9 @@ fn a_device_or_fifo_given_as_an_input_trace_or_source_is_refused_without_reading
     };
     assert_eq!(
         fails(&["run", "two.s", "--input", "x=/dev/zero"]),
-        format!("error: --input x=/dev/zero: cannot read /dev/zero: it is a character device, {NOT_REGULAR}\n")
+        format!(
+            "error: --input x=/dev/zero: cannot read /dev/zero: it is a character device, {NOT_REGULAR}\n"
+        )
     );
     assert_eq!(
         fails(&["run", "two.s", "--input", "x=pipe"]),
@@ -210,7 +230,9 @@ fn a_device_or_fifo_given_as_an_input_trace_or_source_is_refused_without_reading
         format!("error: cannot read trace pipe: it is a FIFO, {NOT_REGULAR}\n")
     );
     assert!(fails(&["run", "pipe.s"]).ends_with(&format!("pipe.s: it is a FIFO, {NOT_REGULAR}\n")));
-    assert!(fails(&["asm", "pipe.s", "-o", "p.bib"]).ends_with(&format!("pipe.s: it is a FIFO, {NOT_REGULAR}\n")));
+    assert!(
+        fails(&["asm", "pipe.s", "-o", "p.bib"]).ends_with(&format!("pipe.s: it is a FIFO, {NOT_REGULAR}\n"))
+    );
     // A .bib program that is a FIFO is refused before it is opened, too.
     std::fs::rename(dir.path().join("pipe"), dir.path().join("pipe.bib")).unwrap();
     assert!(fails(&["run", "pipe.bib"]).ends_with(&format!("it is a FIFO, {NOT_REGULAR}\n")));
@@ -253,8 +275,11 @@ fn a_run_whose_later_result_cannot_be_written_replaces_none_of_the_earlier_ones(
     setup(dir.path(), "two.s", TWO_OUTPUTS);
     std::fs::write(dir.path().join("y.npy"), "old y").unwrap();
     std::fs::create_dir(dir.path().join("z.npy")).unwrap();
-    let (code, _, err) =
-        adeadvm(&["run", "two.s", "--input", "x=x.npy", "--output", "y=y.npy", "--output", "z=z.npy"], dir.path(), &[]);
+    let (code, _, err) = adeadvm(
+        &["run", "two.s", "--input", "x=x.npy", "--output", "y=y.npy", "--output", "z=z.npy"],
+        dir.path(),
+        &[],
+    );
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(err, "error: cannot write z.npy: it is a folder\n");
     assert_eq!(std::fs::read_to_string(dir.path().join("y.npy")).unwrap(), "old y");
@@ -264,7 +289,10 @@ fn a_run_whose_later_result_cannot_be_written_replaces_none_of_the_earlier_ones(
     for flag in ["--record", "--profile-json"] {
         std::fs::create_dir(dir.path().join("late")).unwrap();
         let (code, _, err) = adeadvm(
-            &["run", "two.s", "--input", "x=x.npy", "--output", "y=y.npy", "--output", "z=z.npy", flag, "late"],
+            &[
+                "run", "two.s", "--input", "x=x.npy", "--output", "y=y.npy", "--output", "z=z.npy", flag,
+                "late",
+            ],
             dir.path(),
             &[],
         );
@@ -276,7 +304,10 @@ fn a_run_whose_later_result_cannot_be_written_replaces_none_of_the_earlier_ones(
     }
     // When every result can be written, all are.
     let (code, _, err) = adeadvm(
-        &["run", "two.s", "--input", "x=x.npy", "--output", "y=y.npy", "--output", "z=z.npy", "--record", "t.trc"],
+        &[
+            "run", "two.s", "--input", "x=x.npy", "--output", "y=y.npy", "--output", "z=z.npy", "--record",
+            "t.trc",
+        ],
         dir.path(),
         &[],
     );
@@ -295,9 +326,8 @@ fn after_a_failed_run_there_are_no_outputs() {
     s.set_input("x", &HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap()).unwrap();
     s.run().unwrap();
     assert_eq!(s.output("z").unwrap().to_f32().unwrap(), [2.0, 4.0, 6.0, 8.0]);
-    // Five steps: y is stored, then the step budget ends the run before z is.
-    let mut limited =
-        Session::new(&program, &Config { max_steps: Some(3), ..Config::default() }).unwrap();
+    // Three steps: the third stores y, then the step budget ends the run before z is stored.
+    let mut limited = Session::new(&program, &Config { max_steps: Some(3), ..Config::default() }).unwrap();
     limited.set_input("x", &HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap()).unwrap();
     assert!(limited.run().is_err());
     let why = "the step budget of 3 instructions was used up; the program may loop forever (raise --max-steps if not)";
@@ -340,7 +370,8 @@ fn a_kernel_running_past_the_gpu_timeout_is_reported_and_the_process_exits() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.starts_with("error: "), "{err}");
     assert!(
-        err.trim_end().ends_with("the GPU did not finish a batch within 1 s (set ADEADVM_GPU_TIMEOUT to wait longer)"),
+        err.trim_end()
+            .ends_with("the GPU did not finish a batch within 1 s (set ADEADVM_GPU_TIMEOUT to wait longer)"),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -380,18 +411,27 @@ fn after_a_failed_run_the_c_abi_reports_no_outputs() {
     let run_with = |n: usize| {
         let data = vec![1.0f32; n];
         // SAFETY: a live session; `shape` holds 1 value and `data` n floats.
-        let set = unsafe {
-            adeadvm_session_set_input(session, x.as_ptr(), 0, &n, 1, data.as_ptr().cast(), n * 4)
-        };
+        let set =
+            unsafe { adeadvm_session_set_input(session, x.as_ptr(), 0, &n, 1, data.as_ptr().cast(), n * 4) };
         assert_eq!(set, AdeadvmStatus::Ok, "{}", last_error());
         // SAFETY: a live session.
         unsafe { adeadvm_session_run(session) }
     };
     let output = || {
-        let (mut dtype, mut shape, mut rank, mut data, mut nbytes) = (0u32, [0usize; 8], 0usize, null(), 0usize);
+        let (mut dtype, mut shape, mut rank, mut data, mut nbytes) =
+            (0u32, [0usize; 8], 0usize, null(), 0usize);
         // SAFETY: a live session; every out pointer is writable, `shape` holds 8 values.
         unsafe {
-            adeadvm_session_output(session, y.as_ptr(), &mut dtype, shape.as_mut_ptr(), 8, &mut rank, &mut data, &mut nbytes)
+            adeadvm_session_output(
+                session,
+                y.as_ptr(),
+                &mut dtype,
+                shape.as_mut_ptr(),
+                8,
+                &mut rank,
+                &mut data,
+                &mut nbytes,
+            )
         }
     };
     assert_eq!(run_with(4), AdeadvmStatus::Ok, "{}", last_error());

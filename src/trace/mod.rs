@@ -122,7 +122,8 @@ impl Observer for Recorder {
         Wants { timing: false, written: true }
     }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
-        let record = (std::mem::size_of::<Step>() + e.written.map_or(0, |(_, shape, _)| shape.len() * 8)) as u64;
+        let record =
+            (std::mem::size_of::<Step>() + e.written.map_or(0, |(_, shape, _)| shape.len() * 8)) as u64;
         if record > self.room {
             self.full = true;
             return ControlFlow::Break(());

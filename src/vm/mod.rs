@@ -437,7 +437,8 @@ impl Vm {
         if self.scratch.len() < scratch_bytes as usize {
             // Allocated here, before the first step, so running out is an error, never a
             // panic in the middle of an instruction.
-            self.scratch = AlignedBuf::zeroed(scratch_bytes as usize).ok_or(VmError::OutOfMemory(scratch_bytes))?;
+            self.scratch =
+                AlignedBuf::zeroed(scratch_bytes as usize).ok_or(VmError::OutOfMemory(scratch_bytes))?;
         }
         if self.arena.len() < plan.peak_bytes as usize {
             self.arena =

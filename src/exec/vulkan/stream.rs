@@ -730,7 +730,7 @@ impl Recorder {
                 return Err(VulkanError::Invalid(format!(
                     "the GPU did not finish a batch within {} s (set ADEADVM_GPU_TIMEOUT to wait longer)",
                     self.timeout.as_secs()
-                )))
+                )));
             }
             Err(e) => return Err(check("vkWaitForFences")(e)),
         }
