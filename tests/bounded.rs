@@ -323,12 +323,12 @@ fn a_run_whose_later_result_cannot_be_written_replaces_none_of_the_earlier_ones(
 fn after_a_failed_run_there_are_no_outputs() {
     let program = Program::from_asm(TWO_OUTPUTS, "two.s").unwrap();
     let mut s = Session::new(&program, &Config::default()).unwrap();
-    s.set_input("x", &HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap()).unwrap();
+    s.set_input("x", HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap()).unwrap();
     s.run().unwrap();
     assert_eq!(s.output("z").unwrap().to_f32().unwrap(), [2.0, 4.0, 6.0, 8.0]);
     // Three steps: the third stores y, then the step budget ends the run before z is stored.
     let mut limited = Session::new(&program, &Config { max_steps: Some(3), ..Config::default() }).unwrap();
-    limited.set_input("x", &HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap()).unwrap();
+    limited.set_input("x", HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap()).unwrap();
     assert!(limited.run().is_err());
     let why = "the step budget of 3 instructions was used up; the program may loop forever (raise --max-steps if not)";
     for name in ["y", "z"] {
