@@ -78,6 +78,9 @@ pub enum Error {
     /// An output asked for before a run wrote it.
     #[error("output `{0}` was not written (run the session first)")]
     NotWritten(String),
+    /// An output asked for after a failed run: a run delivers every output or none.
+    #[error("output `{name}`: there are no outputs, the last run failed: {why}")]
+    LastRunFailed { name: String, why: String },
     /// Tensor data whose byte count does not match its dtype and shape.
     #[error("tensor `{name}`: shape {shape:?} of {dtype} needs {expected} bytes, but {got} were given")]
     TensorSize { name: String, dtype: DType, shape: Vec<usize>, expected: String, got: usize },
@@ -195,7 +198,8 @@ impl Program {
     pub fn read_unverified(path: &Path, defines: &[(String, String)]) -> Result<format::Program> {
         if path.extension().is_some_and(|e| e == "s") {
             let display = path.display().to_string();
-            let text = std::fs::read(path).map_err(|source| Error::Read { path: display.clone(), source })?;
+            let text = crate::input::read_file(path, crate::input::DEFAULT_READ_LIMIT)
+                .map_err(|source| Error::Read { path: display.clone(), source })?;
             let text = String::from_utf8(text).map_err(|_| Error::NotUtf8 { path: display.clone() })?;
             let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
             let options = AsmOptions { defines: defines.to_vec(), base_dir };
@@ -412,6 +416,9 @@ impl Session {
         if !outputs.iter().any(|o| o.name == name) {
             let known: Vec<&str> = outputs.iter().map(|o| o.name.as_str()).collect();
             return Err(Error::UnknownOutput { name: name.to_string(), known: known.join(", ") });
+        }
+        if let Some(why) = self.vm.last_failure() {
+            return Err(Error::LastRunFailed { name: name.to_string(), why: why.to_string() });
         }
         self.vm.output(name).ok_or_else(|| Error::NotWritten(name.to_string()))
     }

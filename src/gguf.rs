@@ -562,7 +562,7 @@ impl GgufFile {
     /// Reads and parses the file at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path)
+        let bytes = crate::input::read_file(path, crate::input::DEFAULT_READ_LIMIT)
             .map_err(|source| GgufError::Io { path: path.display().to_string(), source })?;
         GgufFile::from_bytes(bytes)
     }

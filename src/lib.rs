@@ -18,6 +18,7 @@ pub mod exec;
 pub mod format;
 pub mod generate;
 pub mod gguf;
+pub mod input;
 pub mod isa;
 pub mod npy;
 pub mod numerics;

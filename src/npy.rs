@@ -40,8 +40,15 @@ pub enum NpyError {
 /// Reads a .npy file. `want` picks how an ambiguous file is taken: `<u2` data is bf16 bits only
 /// when a bf16 tensor is wanted.
 pub fn read(path: &Path, want: Option<DType>) -> Result<HostTensor, NpyError> {
+    read_limited(path, want, crate::input::DEFAULT_READ_LIMIT)
+}
+
+/// [`read`], refusing a file of more than `limit` bytes before reading it (`run --input` passes
+/// the memory budget). Only a regular file is read (see [`crate::input::read_file`]).
+pub fn read_limited(path: &Path, want: Option<DType>, limit: u64) -> Result<HostTensor, NpyError> {
     let p = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| NpyError::Io { path: p.clone(), source })?;
+    let bytes =
+        crate::input::read_file(path, limit).map_err(|source| NpyError::Io { path: p.clone(), source })?;
     parse(&bytes, &p, want)
 }
 
@@ -457,6 +464,16 @@ impl<'a> Cursor<'a> {
 
 /// The .npy encoding of a tensor.
 pub fn to_bytes(t: &HostTensor) -> Vec<u8> {
+    let preamble = preamble(t);
+    let mut out = Vec::with_capacity(preamble.len() + t.bytes().len());
+    out.extend(preamble);
+    out.extend(t.bytes());
+    out
+}
+
+/// What a .npy file holds before the tensor's bytes (magic, version, header), so a writer can
+/// send the data straight from the tensor without copying it.
+pub fn preamble(t: &HostTensor) -> Vec<u8> {
     let descr = match t.dtype {
         DType::F32 => "<f4",
         DType::F16 => "<f2",
@@ -474,17 +491,25 @@ pub fn to_bytes(t: &HostTensor) -> Vec<u8> {
     let unpadded = 10 + header.len() + 1;
     header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
     header.push('\n');
-    let mut out = Vec::with_capacity(10 + header.len() + t.bytes().len());
+    let mut out = Vec::with_capacity(10 + header.len());
     out.extend(b"\x93NUMPY\x01\x00");
     out.extend((header.len() as u16).to_le_bytes());
     out.extend(header.as_bytes());
-    out.extend(t.bytes());
     out
 }
 
 /// Writes a tensor as .npy through a temporary file and a rename.
 pub fn write(path: &Path, t: &HostTensor) -> Result<(), NpyError> {
-    write_atomically(path, &to_bytes(t))
+    let mut batch = crate::output::OutputBatch::new();
+    stage(&mut batch, path, t)?;
+    batch.commit().map_err(|source| NpyError::Write { path: path.display().to_string(), source })
+}
+
+/// Writes a tensor as .npy to a temporary for `path` in `batch` (see
+/// [`crate::output::OutputBatch`]); the data goes from the tensor to the file without a copy.
+pub fn stage(batch: &mut crate::output::OutputBatch, path: &Path, t: &HostTensor) -> Result<(), NpyError> {
+    batch
+        .stage_parts(path, &[&preamble(t), t.bytes()])
         .map_err(|source| NpyError::Write { path: path.display().to_string(), source })
 }
 

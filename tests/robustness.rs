@@ -120,7 +120,7 @@ fn a_run_that_claims_a_huge_arena_fails_fast_without_allocating_it() {
     );
     let err = run_with(&p, &[], adeadvm::vm::VmConfig::default()).unwrap_err();
     assert!(
-        err.starts_with("this run needs 1099511627780 bytes (arena peak 1099511627776, inputs and outputs 4), more than the memory budget of "),
+        err.starts_with("this run needs 1099511627780 bytes (arena peak 1099511627776, inputs and outputs 4, constants and scratch 0), more than the memory budget of "),
         "{err}"
     );
 }

@@ -1089,12 +1089,7 @@ impl<'o> Assembler<'o> {
                     return Err(wrong(&args[0], "a path string `\"...\"`"));
                 };
                 let span = args[0].span.clone();
-                let bytes = std::fs::read(self.opts.base_dir.join(path)).map_err(|e| {
-                    Diag::new(
-                        AsmErrorKind::File { path: path.clone(), error: super::consts::io_reason(&e) },
-                        span.clone(),
-                    )
-                })?;
+                let bytes = super::consts::read_file(&self.opts.base_dir, path, span.clone())?;
                 let words: Vec<u32> =
                     bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
                 if bytes.len() % 4 != 0 || words.first() != Some(&0x0723_0203) {

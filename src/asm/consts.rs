@@ -494,8 +494,10 @@ fn path_arg(p: &Arg) -> Result<(String, Span), Diag> {
     }
 }
 
-fn read_file(base: &Path, path: &str, span: Span) -> Result<Vec<u8>, Diag> {
-    std::fs::read(base.join(path))
+/// Reads a constant source's file: regular files only, at most [`crate::asm::MAX_DATA_BYTES`]
+/// (no constant can use more), so `/dev/zero` or a FIFO is an error on the line, not a hang.
+pub(crate) fn read_file(base: &Path, path: &str, span: Span) -> Result<Vec<u8>, Diag> {
+    crate::input::read_file(&base.join(path), crate::asm::MAX_DATA_BYTES)
         .map_err(|e| Diag::new(AsmErrorKind::File { path: path.into(), error: io_reason(&e) }, span))
 }
 

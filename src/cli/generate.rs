@@ -111,6 +111,9 @@ pub fn cmd_generate(a: GenerateArgs) -> Result<()> {
     }
     let out = generator.generate(&mut session, &request, &mut Fanout(observers))?;
     progress.clear();
+    if let Some(e) = recorder.limit_error() {
+        return Err(e.into());
+    }
 
     if let Some(path) = &a.record {
         let p = generator.program().verified().program();

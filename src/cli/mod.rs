@@ -312,7 +312,8 @@ fn verify_loaded(
 }
 
 fn assemble_file(path: &Path, source: &SourceArgs) -> Result<Program> {
-    let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = adeadvm::input::read_file(path, adeadvm::input::DEFAULT_READ_LIMIT)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let text = String::from_utf8(text).map_err(|_| anyhow!("{} is not UTF-8 text", path.display()))?;
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let options = AsmOptions { defines: source.define.clone(), base_dir };

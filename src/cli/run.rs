@@ -9,8 +9,9 @@ use anyhow::{anyhow, bail, Context, Result};
 
 use adeadvm::api;
 use adeadvm::format::digest_hex;
-use adeadvm::profile::{Fanout, Profiler};
-use adeadvm::trace::{Recorder, Replayer, Trace, DEFAULT_VALUE_BUDGET};
+use adeadvm::output::OutputBatch;
+use adeadvm::profile::{Fanout, Profiler, MAX_TIMELINE_EVENTS};
+use adeadvm::trace::{Recorder, Replayer, Trace, DEFAULT_RECORDING_LIMIT, DEFAULT_VALUE_BUDGET};
 use adeadvm::vm::{HostTensor, Observer, StepEvent, Wants};
 
 use super::{check_output_path, load_program, verify_loaded, ReplayArgs, RunArgs, SourceArgs};
@@ -51,15 +52,28 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
     for (name, path) in &a.inputs {
         let declared =
             p.tensors.iter().find(|t| &t.name == name && t.kind == adeadvm::format::TensorKind::Input);
-        let tensor = adeadvm::npy::read(path, declared.map(|d| d.dtype))
+        // An input larger than the memory budget could never run: refused before it is read.
+        let limit = a.max_memory.unwrap_or(adeadvm::input::DEFAULT_READ_LIMIT);
+        let tensor = adeadvm::npy::read_limited(path, declared.map(|d| d.dtype), limit)
             .with_context(|| format!("--input {name}={}", path.display()))?;
-        vm.set_input(name, &tensor).with_context(|| format!("--input {name}={}", path.display()))?;
-        recorded_inputs.push((name.clone(), tensor));
+        let bind = |vm: &mut api::Session, tensor| {
+            vm.set_input(name, tensor).with_context(|| format!("--input {name}={}", path.display()))
+        };
+        // Only a recording keeps a second copy of the inputs (the trace holds them).
+        if a.record.is_some() {
+            bind(&mut vm, tensor.clone())?;
+            recorded_inputs.push((name.clone(), tensor));
+        } else {
+            bind(&mut vm, tensor)?;
+        }
     }
 
     let mut progress = Progress::new(program.instructions().len());
-    let mut profiler = Profiler::new(a.profile_json.is_some());
-    let mut recorder = Recorder::new(DEFAULT_VALUE_BUDGET);
+    // What a recording or a timeline keeps per step counts against the memory budget too.
+    let recording_limit = a.max_memory.unwrap_or(u64::MAX).min(DEFAULT_RECORDING_LIMIT);
+    let timeline_limit = Profiler::events_within(a.max_memory.unwrap_or(u64::MAX)).min(MAX_TIMELINE_EVENTS);
+    let mut profiler = Profiler::with_limit(a.profile_json.is_some(), timeline_limit);
+    let mut recorder = Recorder::with_limit(DEFAULT_VALUE_BUDGET, recording_limit);
     let mut observers: Vec<&mut dyn Observer> = vec![&mut progress];
     if a.profile || a.profile_json.is_some() {
         observers.push(&mut profiler);
@@ -69,22 +83,43 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
     }
     let stats = vm.run_observed(&mut Fanout(observers))?;
     progress.clear();
+    // A recording or timeline that reached its limit stopped the run: an error, nothing written.
+    if let Some(e) = recorder.limit_error() {
+        return Err(e.into());
+    }
+    if let Some(e) = profiler.limit_error() {
+        bail!(e);
+    }
 
+    // Every result is written to a temporary first and put in place only when all are
+    // written: a run delivers all its files or changes none.
+    let mut results = OutputBatch::new();
     for (name, path) in &a.outputs {
         let t = vm.vm().output(name).ok_or_else(|| anyhow!("output `{name}` was not written"))?;
-        adeadvm::npy::write(path, t)?;
+        adeadvm::npy::stage(&mut results, path, t)?;
     }
+    let mut recorded_steps = 0;
+    if let Some(path) = &a.record {
+        let outputs = vm.outputs().iter().map(|(n, t)| (n.to_string(), t.digest())).collect();
+        recorded_inputs.sort_by(|x, y| x.0.cmp(&y.0));
+        let trace = recorder.finish(p.digest, p.tier, recorded_inputs, outputs);
+        recorded_steps = trace.steps.len();
+        results.stage(path, &trace.to_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &a.profile_json {
+        results
+            .stage(path, profiler.chrome_trace().as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    results.commit().context("cannot put the results in place")?;
+
     for (name, t) in vm.outputs() {
         if !a.outputs.iter().any(|(n, _)| n == name) {
             println!("{}", summarize(name, t));
         }
     }
     if let Some(path) = &a.record {
-        let outputs = vm.outputs().iter().map(|(n, t)| (n.to_string(), t.digest())).collect();
-        recorded_inputs.sort_by(|x, y| x.0.cmp(&y.0));
-        let trace = recorder.finish(p.digest, p.tier, recorded_inputs, outputs);
-        trace.save(path)?;
-        eprintln!("recorded {} steps to {}", trace.steps.len(), path.display());
+        eprintln!("recorded {recorded_steps} steps to {}", path.display());
     }
     if a.profile {
         eprintln!(
@@ -96,19 +131,18 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
         );
         eprint!("{}", profiler.table());
     }
-    if let Some(path) = &a.profile_json {
-        adeadvm::output::write_atomically(path, profiler.chrome_trace().as_bytes())
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
     Ok(())
 }
 
 /// One line per output: name, dtype and shape, digest, and the first values.
 fn summarize(name: &str, t: &HostTensor) -> String {
     const SHOWN: usize = 8;
-    let values: Vec<String> = match t.to_f32() {
-        Some(v) => v.iter().take(SHOWN).map(|x| format!("{x}")).collect(),
-        None => t.to_i32().unwrap_or_default().iter().take(SHOWN).map(|x| x.to_string()).collect(),
+    // Only the values shown are converted: a whole output would be a second copy of it.
+    let shown = t.len().min(SHOWN);
+    let head = HostTensor::from_bytes(t.dtype, vec![shown], &t.bytes()[..shown * t.dtype.size()]);
+    let values: Vec<String> = match head.as_ref().and_then(HostTensor::to_f32) {
+        Some(v) => v.iter().map(|x| format!("{x}")).collect(),
+        None => head.and_then(|h| h.to_i32()).unwrap_or_default().iter().map(|x| x.to_string()).collect(),
     };
     let more = if t.len() > SHOWN { ", …" } else { "" };
     format!(

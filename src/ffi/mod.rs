@@ -143,13 +143,14 @@ impl From<api::Error> for Failure {
                 | VmError::ConstantBudget { .. }
                 | VmError::DeviceMemoryBudget { .. }
                 | VmError::OutOfMemory(_)
-                | VmError::StepBudget(_),
+                | VmError::StepBudget(_)
+                | VmError::TooManyThreads { .. },
             ) => S::Budget,
             E::Vm(_) => S::Runtime,
             E::Npy(_) => S::Io,
             E::UnknownBackend(_) | E::UnknownTier(_) => S::InvalidArgument,
             E::UnknownOutput { .. } => S::UnknownName,
-            E::NotWritten(_) => S::NotWritten,
+            E::NotWritten(_) | E::LastRunFailed { .. } => S::NotWritten,
             E::TensorSize { .. } => S::InvalidArgument,
         };
         Failure(status, e.to_string())

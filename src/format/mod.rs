@@ -314,6 +314,9 @@ impl Program {
     pub fn load(path: &Path) -> Result<Program> {
         use std::io::Read;
         let io = |source| FormatError::Io { path: path.display().to_string(), source };
+        // A FIFO is refused before it is opened: opening one with no writer blocks forever.
+        // (A device such as /dev/zero is read no further than its header's length, below.)
+        crate::input::refuse_fifo(path).map_err(io)?;
         let mut file = std::fs::File::open(path).map_err(io)?;
         let regular_len = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
         let mut bytes = Vec::new();

@@ -30,18 +30,47 @@ pub struct OpTotals {
 /// One executed instruction: (index, opcode, start, wall time, GPU time).
 type Event = (usize, Opcode, Duration, Duration, Option<Duration>);
 
+/// The most steps a timeline (`run --profile-json`) keeps: 4 million (about 160 MB in memory,
+/// 500 MB of JSON), and no more than fit in the memory budget (`--max-memory`). A run that executes more is stopped there and fails with
+/// [`Profiler::limit_error`]: a timeline of an endless loop would grow without bound.
+pub const MAX_TIMELINE_EVENTS: usize = 4_000_000;
+
 /// Collects per-opcode totals and, optionally, one trace event per step.
 #[derive(Default)]
 pub struct Profiler {
     pub totals: BTreeMap<Opcode, OpTotals>,
     events: Option<Vec<Event>>,
     clock: Duration,
+    /// The most steps the timeline keeps; reaching it stops the run and sets `full`.
+    max_events: usize,
+    full: bool,
 }
 
 impl Profiler {
     /// A profiler; with `timeline` it also keeps every step for [`Profiler::chrome_trace`].
     pub fn new(timeline: bool) -> Profiler {
-        Profiler { events: timeline.then(Vec::new), ..Profiler::default() }
+        Profiler::with_limit(timeline, MAX_TIMELINE_EVENTS)
+    }
+
+    /// [`Profiler::new`] whose timeline keeps at most `max_events` steps.
+    pub fn with_limit(timeline: bool, max_events: usize) -> Profiler {
+        Profiler { events: timeline.then(Vec::new), max_events, ..Profiler::default() }
+    }
+
+    /// The most timeline steps that fit in `bytes` of memory (for a memory budget).
+    pub fn events_within(bytes: u64) -> usize {
+        usize::try_from(bytes / std::mem::size_of::<Event>() as u64).unwrap_or(usize::MAX)
+    }
+
+    /// Why the timeline is incomplete, when the run executed more than [`MAX_TIMELINE_EVENTS`]
+    /// steps (the run stopped there).
+    pub fn limit_error(&self) -> Option<String> {
+        self.full.then(|| {
+            format!(
+                "the profile timeline reached its limit of {} steps, so the run was stopped there and nothing was written; the program may loop forever (bound it with --max-steps)",
+                self.max_events
+            )
+        })
     }
 
     /// The per-opcode table, slowest first. Rates are per GPU time where an opcode ran on a
@@ -156,6 +185,10 @@ impl Observer for Profiler {
         t.flops += e.flops;
         t.bytes += e.bytes;
         if let Some(ev) = &mut self.events {
+            if ev.len() >= self.max_events {
+                self.full = true;
+                return ControlFlow::Break(());
+            }
             ev.push((e.index, e.instruction.insn.opcode(), self.clock, e.elapsed, e.gpu_elapsed));
         }
         self.clock += e.elapsed;

@@ -27,12 +27,19 @@ const MAGIC: &[u8; 8] = b"ADEADTRC";
 const VERSION: u16 = 1;
 /// Default budget for recorded tensor values.
 pub const DEFAULT_VALUE_BUDGET: u64 = 256 << 20;
+/// The most memory a recording keeps (`run --record`), values included: 1 GiB. Every step costs
+/// its record (about 100 bytes, plus its shape) even when no values fit the value budget, so an
+/// endless loop would otherwise grow without bound; a recording that reaches this limit stops
+/// the run, which then fails with [`Recorder::limit_error`].
+pub const DEFAULT_RECORDING_LIMIT: u64 = 1 << 30;
 
 /// Why a trace could not be read or written.
 #[derive(Debug, Error)]
 pub enum TraceError {
     #[error("cannot read trace {path}: {source}")]
     Io { path: String, source: std::io::Error },
+    #[error("the recording reached its limit of {limit} bytes after {steps} steps, so the run was stopped there and nothing was written; the program may loop forever (bound it with --max-steps)")]
+    TooLarge { limit: u64, steps: u64 },
     #[error("{0} is not an adeadvm trace (bad magic)")]
     BadMagic(String),
     #[error("trace {path} has format version {version}; this adeadvm reads version {VERSION}")]
@@ -76,12 +83,27 @@ pub struct Trace {
 pub struct Recorder {
     steps: Vec<Step>,
     budget: u64,
+    /// Bytes the recording may still use, values and step records together.
+    room: u64,
+    limit: u64,
+    /// Set when a step did not fit in `limit`: the recording stopped the run there.
+    full: bool,
 }
 
 impl Recorder {
-    /// A recorder keeping up to `value_budget` bytes of written values.
+    /// A recorder keeping up to `value_budget` bytes of written values, within
+    /// [`DEFAULT_RECORDING_LIMIT`] bytes in all.
     pub fn new(value_budget: u64) -> Recorder {
-        Recorder { steps: Vec::new(), budget: value_budget }
+        Recorder::with_limit(value_budget, DEFAULT_RECORDING_LIMIT)
+    }
+    /// A recorder keeping up to `value_budget` bytes of values and `limit` bytes in all (step
+    /// records included): a step past `limit` stops the run and sets [`Recorder::limit_error`].
+    pub fn with_limit(value_budget: u64, limit: u64) -> Recorder {
+        Recorder { steps: Vec::new(), budget: value_budget, room: limit, limit, full: false }
+    }
+    /// Why the recording is incomplete, when a run outgrew its limit (the run stopped there).
+    pub fn limit_error(&self) -> Option<TraceError> {
+        self.full.then_some(TraceError::TooLarge { limit: self.limit, steps: self.steps.len() as u64 })
     }
     /// Finishes the trace with what the run produced.
     pub fn finish(
@@ -100,10 +122,18 @@ impl Observer for Recorder {
         Wants { timing: false, written: true }
     }
     fn step(&mut self, e: &StepEvent<'_>) -> ControlFlow<()> {
+        let record =
+            (std::mem::size_of::<Step>() + e.written.map_or(0, |(_, shape, _)| shape.len() * 8)) as u64;
+        if record > self.room {
+            self.full = true;
+            return ControlFlow::Break(());
+        }
+        self.room -= record;
         let written = e.written.map(|(dtype, shape, bytes)| {
-            let keep = bytes.len() as u64 <= self.budget;
+            let keep = bytes.len() as u64 <= self.budget.min(self.room);
             if keep {
                 self.budget -= bytes.len() as u64;
+                self.room -= bytes.len() as u64;
             }
             Written {
                 digest: tensor_digest(dtype, shape, bytes),
@@ -330,7 +360,8 @@ impl Trace {
     /// Reads a trace file.
     pub fn load(path: &Path) -> Result<Trace, TraceError> {
         let p = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| TraceError::Io { path: p.clone(), source })?;
+        let bytes = crate::input::read_file(path, crate::input::DEFAULT_READ_LIMIT)
+            .map_err(|source| TraceError::Io { path: p.clone(), source })?;
         Trace::from_bytes(&bytes, &p)
     }
 

@@ -29,6 +29,10 @@ use crate::verify::{MemoryPlan, VerifiedProgram};
 pub use gpu::{shared_device, Backend, AUTO_MIN_WORK};
 pub use tensor::{element_count, tensor_digest, AlignedBuf, HostTensor};
 
+/// The most worker threads a VM starts per core of the machine (`--threads`,
+/// [`VmConfig::threads`]): more cannot run at once, and starting a hundred thousand takes minutes.
+pub const MAX_THREADS_PER_CORE: usize = 4;
+
 /// Run-time settings.
 #[derive(Clone, Debug, Default)]
 pub struct VmConfig {
@@ -56,8 +60,8 @@ pub enum VmError {
     InputDtype { name: String, expected: DType, got: DType },
     #[error(transparent)]
     Binding(#[from] crate::verify::PlanError),
-    #[error("this run needs {needed} bytes (arena peak {peak}, inputs and outputs {io}), more than the memory budget of {budget} bytes")]
-    MemoryBudget { needed: u64, peak: u64, io: u64, budget: u64 },
+    #[error("this run needs {needed} bytes (arena peak {peak}, inputs and outputs {io}, constants and scratch {other}), more than the memory budget of {budget} bytes")]
+    MemoryBudget { needed: u64, peak: u64, io: u64, other: u64, budget: u64 },
     #[error(
         "the program's constants need {bytes} bytes in memory, more than the memory budget of {budget} bytes"
     )]
@@ -72,6 +76,8 @@ pub enum VmError {
     StepBudget(u64),
     #[error("cannot start {threads} worker threads: {why}")]
     Threads { threads: usize, why: String },
+    #[error("{threads} worker threads is more than the limit of {max} ({MAX_THREADS_PER_CORE} per core on this machine's {cores} cores)")]
+    TooManyThreads { threads: usize, max: usize, cores: usize },
     #[error("instruction {index} ({at}): {what}")]
     Runtime { index: usize, at: String, what: String },
     #[error(transparent)]
@@ -179,6 +185,11 @@ pub struct Vm {
     pool: Option<Arc<rayon::ThreadPool>>,
     /// Where an instruction's source is copied when it is also the destination.
     scratch: AlignedBuf,
+    /// Bytes of constants the VM holds in memory of its own (splats, unaligned copies),
+    /// counted in every run's memory budget.
+    owned_const_bytes: u64,
+    /// Why the last run failed, if it did: its outputs are gone, and asking for one says why.
+    last_failure: Option<String>,
     /// The Vulkan side, when the placement uses a device.
     gpu: Option<gpu::Gpu>,
 }
@@ -236,8 +247,19 @@ impl Vm {
         let outputs = vec![None; p.outputs.len()];
         let inputs = vec![None; input_ids.len()];
         let level = config.simd.unwrap_or_else(SimdLevel::from_env).min(SimdLevel::detect());
-        let threads =
-            config.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = config.threads.unwrap_or(cores);
+        let max = cores.saturating_mul(MAX_THREADS_PER_CORE);
+        if threads > max {
+            return Err(VmError::TooManyThreads { threads, max, cores });
+        }
+        let owned_const_bytes = consts
+            .iter()
+            .map(|c| match c {
+                Some(ConstStore::Owned(b)) => b.len() as u64,
+                _ => 0,
+            })
+            .sum();
         let pool = if threads > 1 {
             Some(Arc::new(
                 worker_pool(threads).map_err(|e| VmError::Threads { threads, why: e.to_string() })?,
@@ -261,6 +283,8 @@ impl Vm {
             level,
             pool,
             scratch: AlignedBuf::default(),
+            owned_const_bytes,
+            last_failure: None,
             program,
         })
     }
@@ -313,6 +337,11 @@ impl Vm {
         self.outputs[i].as_ref()
     }
 
+    /// Why the last run failed, when it did (it left no outputs).
+    pub fn last_failure(&self) -> Option<&str> {
+        self.last_failure.as_deref()
+    }
+
     /// All outputs of the last run, in declaration order.
     pub fn outputs(&self) -> Vec<(&str, &HostTensor)> {
         self.program
@@ -344,8 +373,22 @@ impl Vm {
         self.run_observed(&mut ())
     }
 
-    /// Runs the program once, reporting every step to `observer`.
+    /// Runs the program once, reporting every step to `observer`. A run either delivers every
+    /// output or none: when it fails, the outputs stored before the failure are dropped, and
+    /// [`Vm::last_failure`] says why (outputs of an earlier run are gone too).
     pub fn run_observed(&mut self, observer: &mut dyn Observer) -> Result<RunStats, VmError> {
+        self.last_failure = None;
+        let result = self.run_inner(observer);
+        if let Err(e) = &result {
+            for o in &mut self.outputs {
+                *o = None;
+            }
+            self.last_failure = Some(e.to_string());
+        }
+        result
+    }
+
+    fn run_inner(&mut self, observer: &mut dyn Observer) -> Result<RunStats, VmError> {
         let start = Instant::now();
         let waited0 = self.gpu.as_ref().map_or(Duration::ZERO, |g| g.waited());
         // Strict kernels rely on flush-to-zero mode (see exec::cpu::fpenv); restored on return.
@@ -371,10 +414,31 @@ impl Vm {
                 .zip(&out_shapes)
                 .map(|(o, s)| (s.iter().product::<usize>() * o.dtype.size()) as u64)
                 .sum::<u64>();
+        // The scratch copy for an instruction that reads its own destination (see
+        // `with_operands`) is as large as the largest such destination.
+        let scratch_bytes = program
+            .instructions()
+            .iter()
+            .filter_map(|ins| {
+                let dst = ins.insn.writes()?;
+                ins.insn.reads().any(|s| s == dst).then(|| {
+                    let t = &p.tensors[dst.0 as usize];
+                    (shapes[dst.0 as usize].iter().product::<usize>() * t.dtype.size()) as u64
+                })
+            })
+            .max()
+            .unwrap_or(0);
+        let other = self.owned_const_bytes.saturating_add(scratch_bytes);
         let budget = self.config.max_memory.unwrap_or_else(available_memory);
-        let needed = plan.peak_bytes.saturating_add(io);
+        let needed = plan.peak_bytes.saturating_add(io).saturating_add(other);
         if needed > budget {
-            return Err(VmError::MemoryBudget { needed, peak: plan.peak_bytes, io, budget });
+            return Err(VmError::MemoryBudget { needed, peak: plan.peak_bytes, io, other, budget });
+        }
+        if self.scratch.len() < scratch_bytes as usize {
+            // Allocated here, before the first step, so running out is an error, never a
+            // panic in the middle of an instruction.
+            self.scratch =
+                AlignedBuf::zeroed(scratch_bytes as usize).ok_or(VmError::OutOfMemory(scratch_bytes))?;
         }
         if self.arena.len() < plan.peak_bytes as usize {
             self.arena =
@@ -994,10 +1058,9 @@ impl Vm {
         let arena = self.arena.bytes_mut();
         let aliased = srcs.contains(&Some(dst));
         if aliased {
-            if self.scratch.len() < dst_range.len() {
-                // Out of memory here is as fatal as it is for the arena itself.
-                self.scratch = AlignedBuf::zeroed(dst_range.len()).unwrap_or_default();
-            }
+            // `run_inner` sized the scratch buffer for the largest destination an instruction
+            // also reads, before the first step.
+            debug_assert!(self.scratch.len() >= dst_range.len(), "scratch sized before the run");
             self.scratch.bytes_mut()[..dst_range.len()].copy_from_slice(&arena[dst_range.clone()]);
         }
         let scratch = &self.scratch.bytes()[..if aliased { dst_range.len() } else { 0 }];

@@ -36,6 +36,10 @@ impl Raw {
     }
 
     fn destroy(&mut self, dev: &Device) {
+        if dev.is_hung() {
+            // Work that did not finish in time may still use it: leaked (see Device::mark_hung).
+            return;
+        }
         // SAFETY: the buffer and allocation came from this allocator and no submitted work uses
         // them any more (every submit waits on its fence before returning).
         unsafe { dev.allocator.destroy_buffer(self.buffer, &mut self.alloc) };

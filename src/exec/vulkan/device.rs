@@ -294,6 +294,9 @@ pub struct Device {
     pub(crate) command_pool: Mutex<vk::CommandPool>,
     pub(crate) pipeline_cache: vk::PipelineCache,
     pub(crate) allocator: ManuallyDrop<vk_mem::Allocator>,
+    /// Set when a batch did not finish within the GPU timeout: work that cannot be stopped may
+    /// still be running, so nothing it might use is freed any more (see [`Device::mark_hung`]).
+    hung: std::sync::atomic::AtomicBool,
     /// Kept last: unloading the library must follow every Vulkan call.
     _entry: ash::Entry,
 }
@@ -484,6 +487,7 @@ impl Device {
                 command_pool: Mutex::new(command_pool),
                 pipeline_cache,
                 allocator: ManuallyDrop::new(allocator),
+                hung: std::sync::atomic::AtomicBool::new(false),
                 _entry: entry,
             }),
             Err(e) => {
@@ -570,6 +574,19 @@ impl Device {
         self.push_descriptor.is_some()
     }
 
+    /// Records that submitted work did not finish in time. Vulkan has no way to stop a
+    /// dispatch, and waiting for it may take forever (a KERNEL that loops), so from here on
+    /// buffers, pipelines and command buffers of this device are leaked rather than freed or
+    /// waited for (the process's exit reclaims them), and no new work is accepted.
+    pub(crate) fn mark_hung(&self) {
+        self.hung.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`Device::mark_hung`] was called.
+    pub(crate) fn is_hung(&self) -> bool {
+        self.hung.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The raw ash device, for code in this module.
     pub(crate) fn raw(&self) -> &ash::Device {
         &self.device
@@ -582,6 +599,11 @@ impl Drop for Device {
         // gone, so no object created from it is alive; we wait for the queue, then destroy in
         // reverse order of creation: cache, pool, allocator, device, instance. The entry (library)
         // is dropped after this body as the last field.
+        if self.is_hung() {
+            // Work that never finished may still run: waiting would block forever, and
+            // destroying the device under it is not allowed. The process's exit reclaims it.
+            return;
+        }
         unsafe {
             let _ = self.device.device_wait_idle();
             self.device.destroy_pipeline_cache(self.pipeline_cache, None);

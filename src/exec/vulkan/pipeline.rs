@@ -234,6 +234,10 @@ fn statistics(ext: &ash::khr::pipeline_executable_properties::Device, pipeline: 
 
 impl Drop for Kernel {
     fn drop(&mut self) {
+        if self.dev.is_hung() {
+            // Work that did not finish in time may still use it: leaked (see Device::mark_hung).
+            return;
+        }
         let d = self.dev.raw();
         // SAFETY: every submit using the pipeline waited on its fence, so nothing in flight uses
         // these objects; destroyed in reverse order of creation.

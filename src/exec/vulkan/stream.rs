@@ -562,6 +562,12 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder with its first slot (command pool, command buffer, fence).
     pub fn new(dev: &Arc<Device>) -> Result<Recorder, VulkanError> {
+        if dev.is_hung() {
+            return Err(VulkanError::Invalid(format!(
+                "the Vulkan device {} did not finish earlier work in time (ADEADVM_GPU_TIMEOUT) and may still be running it; it cannot be used again in this process",
+                dev.info.name
+            )));
+        }
         let first = Slot::new(dev)?;
         let submit_sizes = submit_sizes();
         Ok(Recorder {
@@ -718,10 +724,13 @@ impl Recorder {
         match waited {
             Ok(()) => self.completed = self.completed.max(self.slots[i].submission),
             Err(vk::Result::TIMEOUT) => {
+                // The work cannot be stopped: from here on nothing it may use is freed or
+                // waited for, so the error reaches the caller and the process can exit.
+                self.dev.mark_hung();
                 return Err(VulkanError::Invalid(format!(
                     "the GPU did not finish a batch within {} s (set ADEADVM_GPU_TIMEOUT to wait longer)",
                     self.timeout.as_secs()
-                )))
+                )));
             }
             Err(e) => return Err(check("vkWaitForFences")(e)),
         }
@@ -1205,11 +1214,20 @@ impl Drop for Recorder {
     fn drop(&mut self) {
         let d = self.dev.raw();
         let mut idle = self.poisoned.is_none();
-        if idle && !self.in_flight.is_empty() {
+        if idle && !self.in_flight.is_empty() && !self.dev.is_hung() {
             let fences: Vec<vk::Fence> = self.in_flight.iter().map(|&i| self.slots[i].fence).collect();
             let nanos = u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX);
             // SAFETY: every fence in the list was submitted with its slot.
-            idle = unsafe { d.wait_for_fences(&fences, true, nanos) }.is_ok();
+            match unsafe { d.wait_for_fences(&fences, true, nanos) } {
+                Ok(()) => {}
+                Err(vk::Result::TIMEOUT) => self.dev.mark_hung(),
+                Err(_) => idle = false,
+            }
+        }
+        if self.dev.is_hung() {
+            // Work that did not finish in time may still run: waiting for the device could
+            // block forever, so everything the slots hold is leaked (see Device::mark_hung).
+            return;
         }
         if !idle {
             // SAFETY: waiting for the device is always allowed; after it nothing is in flight
