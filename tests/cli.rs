@@ -558,10 +558,7 @@ fn info_lists_the_cpu() {
         .output()
         .unwrap();
     let s = text(&out.stdout);
-    assert!(
-        s.contains("\n  cpu     the scalar reference for every opcode (ADEADVM_SIMD=scalar), "),
-        "{s}"
-    );
+    assert!(s.contains("\n  cpu     the scalar reference for every opcode (ADEADVM_SIMD=scalar), "), "{s}");
 }
 
 /// The top-level help names every bench kernel; dispatch shows its own size, not SIZE's
@@ -581,12 +578,15 @@ fn bench_help_size_and_progress() {
     let said = text(&out.stdout);
     assert!(said.starts_with("dispatch (1000 dependent ADDs of f32[1])  cpu strict threads="), "{said}");
     assert!(!said.contains("1024"), "{said}");
-    let out = succeeded(adeadvm(&["bench", "dispatch", "--iters", "1", "--warmup", "0", "--json"], dir.path()));
+    let out =
+        succeeded(adeadvm(&["bench", "dispatch", "--iters", "1", "--warmup", "0", "--json"], dir.path()));
     assert!(text(&out.stdout).contains("\"kernel\":\"dispatch\",\"size\":1000,"), "{}", text(&out.stdout));
     // Without --progress (and not on a terminal) stderr stays empty.
     assert_eq!(text(&out.stderr), "");
-    let out =
-        succeeded(adeadvm(&["bench", "exp", "100", "--iters", "2", "--warmup", "0", "--progress"], dir.path()));
+    let out = succeeded(adeadvm(
+        &["bench", "exp", "100", "--iters", "2", "--warmup", "0", "--progress"],
+        dir.path(),
+    ));
     let stderr = text(&out.stderr);
     // Each line ends with the time so far, " (0.0 s in)".
     let lines: Vec<&str> = stderr.lines().map(|l| l.split(" (").next().unwrap()).collect();
@@ -610,7 +610,8 @@ fn disasm_summarizes_large_constants_unless_writing_assembly() {
     let dir = tempfile::tempdir().unwrap();
     let mlp = programs().join("mlp.s");
     succeeded(adeadvm(&["asm", path(&mlp), "-o", "mlp.bib"], dir.path()));
-    let summary = text(&succeeded(adeadvm(&["disasm", "mlp.bib", "--constants", "summary"], dir.path())).stdout);
+    let summary =
+        text(&succeeded(adeadvm(&["disasm", "mlp.bib", "--constants", "summary"], dir.path())).stdout);
     let full = text(&succeeded(adeadvm(&["disasm", "mlp.bib"], dir.path())).stdout);
     assert!(summary.len() * 20 < full.len(), "{} vs {} bytes", summary.len(), full.len());
     let elided: Vec<&str> = summary.lines().filter(|l| l.contains(", ...]  ; ")).collect();
@@ -631,7 +632,8 @@ fn disasm_summarizes_large_constants_unless_writing_assembly() {
     std::fs::write(dir.path().join("again.s"), &full).unwrap();
     succeeded(adeadvm(&["asm", "again.s", "-o", "again.bib"], dir.path()));
     assert!(
-        std::fs::read(dir.path().join("again.bib")).unwrap() == std::fs::read(dir.path().join("mlp.bib")).unwrap()
+        std::fs::read(dir.path().join("again.bib")).unwrap()
+            == std::fs::read(dir.path().join("mlp.bib")).unwrap()
     );
     failed_with(
         adeadvm(&["disasm", "mlp.bib", "--constants", "some"], dir.path()),

@@ -127,7 +127,12 @@ fn c_example_builds_links_and_runs() {
 
     // Called wrongly, the example says how to call it (exit 2).
     for args in [&[][..], &["programs/mlp.s"], &["programs/mlp.s", "0"], &["programs/mlp.s", "78x"]] {
-        let run = Command::new(&exes[0]).current_dir(ROOT).args(args).env("LD_LIBRARY_PATH", &lib).output().unwrap();
+        let run = Command::new(&exes[0])
+            .current_dir(ROOT)
+            .args(args)
+            .env("LD_LIBRARY_PATH", &lib)
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&run.stderr);
         assert_eq!(run.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.starts_with("usage: "), "{stderr}");

@@ -325,7 +325,8 @@ impl Dis<'_> {
                     writeln!(out, ".vocab gguf({})", quote(&relative(&file, &self.opts.asm_dir)))
                 }
                 None if self.opts.summarize_large && p.vocab.len() > SUMMARY_SHOWN => {
-                    let hex: String = p.vocab.iter().take(SUMMARY_SHOWN).map(|b| format!("{b:02x}")).collect();
+                    let hex: String =
+                        p.vocab.iter().take(SUMMARY_SHOWN).map(|b| format!("{b:02x}")).collect();
                     writeln!(out, ".vocab hex(\"{hex}...\")  ; {} bytes, {SUMMARY_NOTE}", p.vocab.len())
                 }
                 None => {
