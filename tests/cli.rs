@@ -570,7 +570,7 @@ fn bench_help_size_and_progress() {
     assert!(
         help.contains(
             "Time one kernel (matmul, matmul-f16, matmul-bf16, add, exp, gelu, softmax, layernorm, \
-             rmsnorm, reduce-sum, reduce-max, dispatch) inside the VM"
+             rmsnorm, reduce-sum, reduce-max, dispatch) inside the VM\n"
         ),
         "{help}"
     );

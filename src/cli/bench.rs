@@ -54,7 +54,7 @@ pub fn about() -> String {
         .filter_map(|k| k.to_possible_value())
         .map(|v| v.get_name().to_string())
         .collect();
-    format!("Time one kernel ({}) inside the VM.", names.join(", "))
+    format!("Time one kernel ({}) inside the VM", names.join(", "))
 }
 
 #[derive(Args)]
