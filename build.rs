@@ -16,6 +16,9 @@ struct Isa {
     /// The numerics every executor follows (ISA.md's "Numerics" section), one rule an entry.
     #[serde(default)]
     numerics: Vec<String>,
+    /// What every program relies on (ISA.md's "Program rules" section), one rule an entry.
+    #[serde(default)]
+    program_rules: Vec<String>,
     kinds: BTreeMap<String, Kind>,
     enums: BTreeMap<String, EnumDef>,
     op: Vec<Op>,
@@ -473,6 +476,13 @@ fn isa_markdown(isa: &Isa, ops: &[(&Op, String, Vec<OperandSpec>)]) -> String {
         "Tier `strict` gives the same bits on every executor; `fast` only from run to run on one device.\n"
     )
     .unwrap();
+    if !isa.program_rules.is_empty() {
+        writeln!(w, "## Program rules\n").unwrap();
+        for rule in &isa.program_rules {
+            writeln!(w, "- {rule}").unwrap();
+        }
+        writeln!(w).unwrap();
+    }
     if !isa.numerics.is_empty() {
         writeln!(w, "## Numerics\n").unwrap();
         writeln!(w, "The exact step lists and the measured accuracy are in docs/numerics.md.\n").unwrap();

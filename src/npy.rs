@@ -33,6 +33,8 @@ pub enum NpyError {
     Size { path: String, shape: Vec<u64>, descr: String, expected: u64, got: u64 },
     #[error("{path}: int64 value {value} at position {pos} does not fit in int32")]
     IntRange { path: String, value: i64, pos: usize },
+    #[error("{path} holds int64 data where {want} data is wanted (int64 is narrowed to int32 for i32 tensors only)")]
+    Int64Mismatch { path: String, want: DType },
     #[error("cannot write {path}: {source}")]
     Write { path: String, source: std::io::Error },
 }
@@ -74,6 +76,11 @@ pub fn parse(bytes: &[u8], name: &str, want: Option<DType>) -> Result<HostTensor
         ("f4", _) => (DType::F32, 4),
         ("f2", _) => (DType::F16, 2),
         ("i4", _) => (DType::I32, 4),
+        // Said here, with the file's own dtype: narrowed first, the data would be refused
+        // later as "i32 data", a type the file does not hold.
+        ("i8", Some(want)) if want != DType::I32 => {
+            return Err(NpyError::Int64Mismatch { path: name.to_string(), want })
+        }
         ("i8", _) => (DType::I32, 8),
         ("u2", Some(DType::Bf16)) => (DType::Bf16, 2),
         _ => return Err(NpyError::Unsupported { path: name.to_string(), descr }),

@@ -263,6 +263,50 @@ fn every_error_in_a_file_is_reported() {
     }
 }
 
+/// A wrong weights path is one mistake: reported at the first constant that reads the file,
+/// not once per constant (a model names hundreds), nor again at each use of those constants.
+#[test]
+fn an_unreadable_weights_file_is_reported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = AsmOptions {
+        defines: vec![("WEIGHTS".into(), "no/such/model.safetensors".into())],
+        base_dir: dir.path().to_path_buf(),
+    };
+    let src = "\
+.input %x f32[4]
+.const %a f32[4] = safetensors(\"${WEIGHTS}\", \"a\")
+.const %b f32[4] = safetensors(\"${WEIGHTS}\", \"b\")
+.const %c f32[4] = npy(\"missing.npy\")
+.const %d f32[4] = safetensors(\"${WEIGHTS}\", \"d\")
+.output y f32[4]
+    ALLOC %t: f32[4]
+    ADD %t, %x, %a
+    ADD %t, %t, %b
+    ADD %t, %t, %d
+    STORE y, %t
+    FREE %t
+";
+    let err = assemble(src, "t.s", &opts).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "\
+error: cannot read `no/such/model.safetensors`: no such file
+ --> t.s:2:32
+  |
+2 | .const %a f32[4] = safetensors(\"no/such/model.safetensors\", \"a\")
+  |                                ^^^^^^^^^^^^^^^^^^^^^^^^^^^ referenced here
+
+error: cannot read `missing.npy`: no such file
+ --> t.s:4:24
+  |
+4 | .const %c f32[4] = npy(\"missing.npy\")
+  |                        ^^^^^^^^^^^^^ referenced here
+
+error: could not assemble t.s due to 2 previous errors
+"
+    );
+}
+
 #[test]
 fn alloc_shorthand_may_repeat_an_identical_declaration() {
     let p = asm(".rept i 2\n    ALLOC %t: f32[4]\n    FREE %t\n.endr\n");

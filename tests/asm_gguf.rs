@@ -120,7 +120,11 @@ fn gguf_meta_defines() {
     assert_eq!(bytes(&p, 0), 1e-5f32.to_le_bytes());
     assert_eq!(p.tensors[1].shape.len(), 1);
     assert_eq!(bytes(&p, 1).len(), 32 * 4);
-    let dis = adeadvm::asm::DisasmOptions { data_dir: None, asm_dir: dir.path().to_path_buf() };
+    let dis = adeadvm::asm::DisasmOptions {
+        data_dir: None,
+        asm_dir: dir.path().to_path_buf(),
+        summarize_large: false,
+    };
     let text = adeadvm::asm::disassemble(&p, &dis).unwrap();
     assert!(text.contains(".file \"tiny model false\""), "{text}");
 }

@@ -505,15 +505,144 @@ fn run_input_big_endian_and_int64() {
         1,
         "error: --input k=k_big.npy: k_big.npy: int64 value 2147483648 at position 1 does not fit in int32\n",
     );
+    // int64 data for a float input is named as int64, the file's type, not as the i32 it
+    // would have been narrowed to.
+    let out = adeadvm(&["run", "p.s", "--input", "x=k_le8.npy", "--input", "k=k_le8.npy"], dir.path());
+    failed_with(
+        out,
+        1,
+        "error: --input x=k_le8.npy: k_le8.npy holds int64 data where f32 data is wanted \
+         (int64 is narrowed to int32 for i32 tensors only)\n",
+    );
 }
 
 #[test]
 fn info_lists_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
-    let out = adeadvm(&["info"], dir.path());
-    assert!(out.status.success());
+    // As a user runs it: ADEADVM_SIMD (a testing aid) unset.
+    let unforced = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_adeadvm"))
+            .args(args)
+            .env_remove("ADEADVM_SIMD")
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        succeeded(out)
+    };
+    let out = unforced(&["info"]);
     let s = text(&out.stdout);
     assert!(s.contains("\ncpu:") && s.contains("\nsimd:") && s.contains("\nmemory:"), "{s}");
+    // The CPU executor's line says which kernels it will use, as bench does (simd=...).
+    let cpu_line = s.lines().find(|l| l.starts_with("  cpu ")).unwrap_or_else(|| panic!("{s}"));
+    #[cfg(target_arch = "x86_64")]
+    {
+        let expected = if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            "  cpu     avx512 SIMD kernels (the scalar reference where an opcode has none), "
+        } else if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            "  cpu     avx2 SIMD kernels (the scalar reference where an opcode has none), "
+        } else {
+            "  cpu     the scalar reference for every opcode, "
+        };
+        assert!(cpu_line.starts_with(expected), "{cpu_line}");
+        let bench = unforced(&["bench", "add", "64", "--iters", "1", "--warmup", "0"]);
+        let simd = expected.split_whitespace().nth(1).unwrap();
+        let simd = if simd == "the" { "scalar" } else { simd };
+        assert!(text(&bench.stdout).contains(&format!(" simd={simd}:")), "{}", text(&bench.stdout));
+    }
+    // ADEADVM_SIMD lowers it, and info says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_adeadvm"))
+        .arg("info")
+        .env("ADEADVM_SIMD", "scalar")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let s = text(&out.stdout);
+    assert!(s.contains("\n  cpu     the scalar reference for every opcode (ADEADVM_SIMD=scalar), "), "{s}");
+}
+
+/// The top-level help names every bench kernel; dispatch shows its own size, not SIZE's
+/// default; --progress says each run on stderr.
+#[test]
+fn bench_help_size_and_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = text(&succeeded(adeadvm(&["--help"], dir.path())).stdout);
+    assert!(
+        help.contains(
+            "Time one kernel (matmul, matmul-f16, matmul-bf16, add, exp, gelu, softmax, layernorm, \
+             rmsnorm, reduce-sum, reduce-max, dispatch) inside the VM\n"
+        ),
+        "{help}"
+    );
+    let out = succeeded(adeadvm(&["bench", "dispatch", "--iters", "2", "--warmup", "0"], dir.path()));
+    let said = text(&out.stdout);
+    assert!(said.starts_with("dispatch (1000 dependent ADDs of f32[1])  cpu strict threads="), "{said}");
+    assert!(!said.contains("1024"), "{said}");
+    let out =
+        succeeded(adeadvm(&["bench", "dispatch", "--iters", "1", "--warmup", "0", "--json"], dir.path()));
+    assert!(text(&out.stdout).contains("\"kernel\":\"dispatch\",\"size\":1000,"), "{}", text(&out.stdout));
+    // Without --progress (and not on a terminal) stderr stays empty.
+    assert_eq!(text(&out.stderr), "");
+    let out = succeeded(adeadvm(
+        &["bench", "exp", "100", "--iters", "2", "--warmup", "0", "--progress"],
+        dir.path(),
+    ));
+    let stderr = text(&out.stderr);
+    // Each line ends with the time so far, " (0.0 s in)".
+    let lines: Vec<&str> = stderr.lines().map(|l| l.split(" (").next().unwrap()).collect();
+    assert_eq!(
+        lines,
+        [
+            "bench: the first run, which builds the pipelines",
+            "bench: warming up for 0 s",
+            "bench: timed run 1 of 2",
+            "bench: timed run 2 of 2",
+        ],
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `disasm` without -o: `--constants summary` shows large constants by their first values and
+/// size; into a pipe the default is the full text, which assembles back to the same bytes.
+#[test]
+fn disasm_summarizes_large_constants_unless_writing_assembly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mlp = programs().join("mlp.s");
+    succeeded(adeadvm(&["asm", path(&mlp), "-o", "mlp.bib"], dir.path()));
+    let summary =
+        text(&succeeded(adeadvm(&["disasm", "mlp.bib", "--constants", "summary"], dir.path())).stdout);
+    let full = text(&succeeded(adeadvm(&["disasm", "mlp.bib"], dir.path())).stdout);
+    assert!(summary.len() * 20 < full.len(), "{} vs {} bytes", summary.len(), full.len());
+    let elided: Vec<&str> = summary.lines().filter(|l| l.contains(", ...]  ; ")).collect();
+    assert!(!elided.is_empty(), "{summary}");
+    for line in elided {
+        assert!(line.starts_with(".const %"), "{line}");
+        assert!(
+            line.ends_with(
+                " values, elided; `disasm -o FILE` writes it to FILE.data, `--constants full` prints it"
+            ),
+            "{line}"
+        );
+    }
+    // The small constants and every instruction are printed as they are.
+    for line in full.lines().filter(|l| !l.starts_with(".const")) {
+        assert!(summary.lines().any(|s| s == line), "{line}");
+    }
+    std::fs::write(dir.path().join("again.s"), &full).unwrap();
+    succeeded(adeadvm(&["asm", "again.s", "-o", "again.bib"], dir.path()));
+    assert!(
+        std::fs::read(dir.path().join("again.bib")).unwrap()
+            == std::fs::read(dir.path().join("mlp.bib")).unwrap()
+    );
+    failed_with(
+        adeadvm(&["disasm", "mlp.bib", "--constants", "some"], dir.path()),
+        2,
+        "invalid value 'some' for '--constants <HOW>'",
+    );
 }
 
 #[test]

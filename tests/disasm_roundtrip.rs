@@ -59,7 +59,11 @@ fn round_trip(p: &Program) {
     assert_eq!(again.to_bytes(), bytes, "inline round trip differs:\n{}", short(&text));
     // Large constants as .npy files, next to the .s in data/.
     let dir = tempfile::tempdir().unwrap();
-    let opts = DisasmOptions { data_dir: Some(dir.path().join("data")), asm_dir: dir.path().to_path_buf() };
+    let opts = DisasmOptions {
+        data_dir: Some(dir.path().join("data")),
+        asm_dir: dir.path().to_path_buf(),
+        summarize_large: false,
+    };
     let text = disassemble(p, &opts).unwrap();
     let aopts = AsmOptions { defines: vec![], base_dir: dir.path().to_path_buf() };
     let again = assemble(&text, "disasm.s", &aopts).unwrap_or_else(|e| panic!("{e}\n{}", short(&text)));

@@ -58,6 +58,42 @@ fn expected_lines(program: &Program) -> Vec<String> {
     lines
 }
 
+/// The README's C commands (the block after "Build and run the example"): the build lines, the
+/// shared link, the run line, and the static link written inline after it.
+struct ReadmeC {
+    shared: String,
+    run: String,
+    static_: String,
+}
+
+fn readme_c() -> ReadmeC {
+    let readme = std::fs::read_to_string(format!("{ROOT}/README.md")).unwrap();
+    let at = readme.find("Build and run the example from the repository root").expect("the C build text");
+    let rest = &readme[at..];
+    let block = &rest[rest.find("```sh\n").expect("a sh block") + 6..];
+    let block = &block[..block.find("```").unwrap()];
+    let lines: Vec<&str> = block.lines().collect();
+    assert_eq!(lines[0], "cargo build --release --lib");
+    let after = &rest[rest.find("link it statically").expect("the static link")..];
+    let static_ = after[after.find('`').unwrap() + 1..].split('`').next().unwrap().to_string();
+    ReadmeC { shared: lines[1].to_string(), run: lines[2].to_string(), static_ }
+}
+
+/// A README `cc` line as arguments, with this build's library folder for `target/release` and
+/// `exe` for the output. The README's commands are also run exactly as written, from a fresh
+/// clone's point of view, by python/tests/test_readme.py (CI); this test keeps them honest in
+/// `cargo test` without a release build.
+fn cc_args(line: &str, lib: &std::path::Path, exe: &std::path::Path) -> Vec<String> {
+    let lib = lib.display().to_string();
+    let line = line.replace("$PWD/target/release", &lib).replace("target/release", &lib);
+    let mut args: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+    assert_eq!(args[0], "cc", "{line}");
+    let o = args.iter().position(|a| a == "-o").expect("-o in the README's cc line");
+    args[o + 1] = exe.display().to_string();
+    args.remove(0);
+    args
+}
+
 #[test]
 fn c_example_builds_links_and_runs() {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -68,31 +104,48 @@ fn c_example_builds_links_and_runs() {
     }
     let lib = lib_dir();
     let out = tempfile::tempdir().unwrap();
-    // Linked against the cdylib (found at run time through an rpath) and against the staticlib.
+    let readme = readme_c();
+    assert_eq!(
+        readme.shared,
+        "cc examples/c/main.c -I include -L target/release -ladeadvm -Wl,-rpath,$PWD/target/release -o mlp"
+    );
+    assert_eq!(readme.run, "./mlp programs/mlp.s 784");
+    let run_args: Vec<&str> = readme.run.split_whitespace().skip(1).collect();
+    // Linked against the cdylib (found at run time through the rpath) and against the staticlib,
+    // each as the README writes it, warnings as errors.
     let mut exes = Vec::new();
     let staticlib = lib.join("libadeadvm.a");
     assert!(staticlib.exists(), "{} was not built (crate-type staticlib)", staticlib.display());
-    for shared in [true, false] {
+    for (shared, line) in [(true, &readme.shared), (false, &readme.static_)] {
         let exe = out.path().join(if shared { "c_example_shared" } else { "c_example_static" });
-        let mut cmd = Command::new(&cc);
-        cmd.current_dir(ROOT)
-            .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "examples/c/main.c", "-I", "include", "-o"])
-            .arg(&exe);
-        if shared {
-            cmd.arg(format!("-L{}", lib.display()))
-                .arg("-ladeadvm")
-                .arg(format!("-Wl,-rpath,{}", lib.display()));
-        } else {
-            // vk-mem vendors the C++ VulkanMemoryAllocator, so a static link needs libstdc++
-            // (`cargo rustc --crate-type staticlib -- --print native-static-libs` lists the rest).
-            cmd.arg(&staticlib).args(["-lstdc++", "-lpthread", "-ldl", "-lm"]);
-        }
-        let build = cmd.output().unwrap();
-        assert!(build.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&build.stderr));
+        let build = Command::new(&cc)
+            .current_dir(ROOT)
+            .args(["-std=c99", "-Wall", "-Wextra", "-Werror"])
+            .args(cc_args(line, &lib, &exe))
+            .output()
+            .unwrap();
+        assert!(build.status.success(), "{line}: cc failed:\n{}", String::from_utf8_lossy(&build.stderr));
         exes.push(exe);
     }
 
-    for program in ["programs/mlp.s".to_string(), {
+    // Called wrongly, the example says how to call it (exit 2).
+    for args in [&[][..], &["programs/mlp.s"], &["programs/mlp.s", "0"], &["programs/mlp.s", "78x"]] {
+        let run = Command::new(&exes[0])
+            .current_dir(ROOT)
+            .args(args)
+            .env("LD_LIBRARY_PATH", &lib)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("usage: "), "{stderr}");
+        assert!(
+            stderr.contains(" PROGRAM COLS\n  PROGRAM  a .s or .bib program with an input x of f32[2, COLS] and an output y\n"),
+            "{stderr}"
+        );
+    }
+
+    for program in [run_args[0].to_string(), {
         // The same program as .bib bytes.
         let bib = out.path().join("mlp.bib");
         let p = Program::load(format!("{ROOT}/programs/mlp.s")).unwrap();
@@ -103,7 +156,7 @@ fn c_example_builds_links_and_runs() {
             // This build's library first: cargo's LD_LIBRARY_PATH may name an older one.
             let run = Command::new(exe)
                 .current_dir(ROOT)
-                .args([program.as_str(), "784"])
+                .args([program.as_str(), run_args[1]])
                 .env("LD_LIBRARY_PATH", &lib)
                 .output()
                 .unwrap();

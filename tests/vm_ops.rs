@@ -520,3 +520,46 @@ fn transpose_matches_index_arithmetic_for_every_permutation() {
     }
     assert_eq!(checked, 4 + 16 * 2 + 64 * 6 + 256 * 24);
 }
+
+/// docs/ISA.md's rule on in-place operands: the destination may be one of the sources in every
+/// instruction, and the result is what a fresh destination would hold (each instruction reads
+/// its sources whole before its result is visible). Row kernels and MATMUL read elements after
+/// writing others, so an executor must copy an aliased source aside; checked on the CPU and,
+/// where there is one, on a Vulkan device.
+#[test]
+fn a_destination_may_be_one_of_the_sources() {
+    use adeadvm::vm::{Backend, VmConfig};
+    let x = [1.0f32, 2.0, 3.0, 4.0];
+    // (instruction in place, the same into a fresh %b, expected y where it is plain to write)
+    let cases: [(&str, &str, Option<[f32; 4]>); 5] = [
+        ("ADD %a, %a, %a", "ADD %b, %a, %a", Some([2.0, 4.0, 6.0, 8.0])),
+        // [[1, 2], [3, 4]] squared: [[7, 10], [15, 22]].
+        ("MATMUL %a, %a, %a", "MATMUL %b, %a, %a", Some([7.0, 10.0, 15.0, 22.0])),
+        ("TRANSPOSE %a, %a, [1, 0]", "TRANSPOSE %b, %a, [1, 0]", Some([1.0, 3.0, 2.0, 4.0])),
+        ("SOFTMAX %a, %a", "SOFTMAX %b, %a", None),
+        // a @ a^T: [[5, 11], [11, 25]].
+        ("MATMUL %a, %a, %a, tb", "MATMUL %b, %a, %a, tb", Some([5.0, 11.0, 11.0, 25.0])),
+    ];
+    let mut configs = vec![("cpu", VmConfig { backend: Backend::Cpu, ..VmConfig::default() })];
+    if common::vk::exec().is_some() {
+        configs.push(("vulkan", VmConfig { backend: Backend::Vulkan, ..VmConfig::default() }));
+    }
+    for (in_place, fresh, expected) in cases {
+        let program = |insn: &str, dst: &str| {
+            format!(
+                ".input %x f32[2, 2]\n.output y f32[2, 2]\nALLOC %a: f32[2, 2]\nALLOC %b: f32[2, 2]\n\
+                 COPY %a, %x\nCOPY %b, %x\n{insn}\nSTORE y, {dst}\nFREE %a\nFREE %b\n"
+            )
+        };
+        let a = build(&program(in_place, "%a"));
+        let b = build(&program(fresh, "%b"));
+        for (name, config) in &configs {
+            let run = |p| run_with(p, &[("x", f32s(&[2, 2], &x))], config.clone()).unwrap()["y"].clone();
+            let (got, want) = (run(&a), run(&b));
+            assert_eq!(got.bytes(), want.bytes(), "{in_place} on {name}");
+            if let Some(e) = expected {
+                assert_eq!(got.to_f32().unwrap(), e, "{in_place} on {name}");
+            }
+        }
+    }
+}

@@ -1,11 +1,17 @@
 /* Runs an adeadvm program from C: loads a .bib (as bytes) or assembles a .s, binds input `x`
- * (f32[2, COLS], made up here), runs, and prints every output with its bits.
+ * (f32[2, COLS], made up here), runs on the CPU, and prints output `y` with its bits.
  *
- *   cargo build --lib
- *   cc examples/c/main.c -I include -L target/debug -ladeadvm -Wl,-rpath,target/debug -o mlp
+ *   usage: mlp PROGRAM COLS
+ *     PROGRAM  a .s (assembled in memory) or .bib program with an input `x` of f32[2, COLS]
+ *              (or f32[B, COLS]) and an output `y`, e.g. programs/mlp.s
+ *     COLS     the length of x's rows: 784 for programs/mlp.s
+ *
+ * From the repository root (the README's commands; the rpath lets ./mlp find the library):
+ *   cargo build --release --lib
+ *   cc examples/c/main.c -I include -L target/release -ladeadvm -Wl,-rpath,$PWD/target/release -o mlp
  *   ./mlp programs/mlp.s 784
  *
- * Static: cc examples/c/main.c -I include target/debug/libadeadvm.a -lstdc++ -lpthread -ldl -lm
+ * Static: cc examples/c/main.c -I include target/release/libadeadvm.a -lstdc++ -lpthread -ldl -lm -o mlp
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,12 +48,20 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s PROGRAM.s|PROGRAM.bib COLS\n", argv[0]);
+    char *end = NULL;
+    unsigned long cols_arg = argc == 3 ? strtoul(argv[2], &end, 10) : 0;
+    if (argc != 3 || *end != '\0' || cols_arg == 0 || cols_arg > (1ul << 24)) {
+        fprintf(stderr,
+                "usage: %s PROGRAM COLS\n"
+                "  PROGRAM  a .s or .bib program with an input x of f32[2, COLS] and an output y\n"
+                "  COLS     the length of x's rows, from 1 to 16777216 (784 for programs/mlp.s)\n"
+                "Runs PROGRAM on the CPU with made-up x and prints y with its bits.\n"
+                "example: %s programs/mlp.s 784\n",
+                argv[0], argv[0]);
         return 2;
     }
     const char *path = argv[1];
-    size_t cols = (size_t)strtoul(argv[2], NULL, 10);
+    size_t cols = (size_t)cols_arg;
 
     size_t len = 0;
     char *file = read_file(path, &len);
@@ -81,6 +95,10 @@ int main(int argc, char **argv) {
 
     size_t shape[2] = {2, cols};
     float *x = malloc(2 * cols * sizeof(float));
+    if (!x) {
+        fprintf(stderr, "cannot allocate x (2 x %zu floats)\n", cols);
+        return 1;
+    }
     for (size_t i = 0; i < 2 * cols; i++) x[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
 
     /* Errors come back as a status plus a message. */

@@ -5,8 +5,10 @@
     outs = vm.run(x=np.zeros((2, 784), np.float32))   # {"y": array(...)}
     vm.digest                                          # the program's BLAKE3, hex
 
-The library is found through ADEADVM_LIB (a path to libadeadvm.so), else in target/release or
-target/debug (or $CARGO_TARGET_DIR) next to this package's repository.
+The C library is found through ADEADVM_LIB (a path to libadeadvm.so) when set; else the one
+installed inside this package (`pip install ./python` builds it and puts it here); else, for a
+checkout used without installing (PYTHONPATH=python), in target/release or target/debug (or
+$CARGO_TARGET_DIR) of the repository this package sits in.
 
 Thread safety: a loaded program is shared by every VM made from it; each `VM` holds one session,
 guarded by a lock, so a `VM` may be used from several threads (one run at a time). For parallel
@@ -49,11 +51,21 @@ class _Config(ctypes.Structure):
     ]
 
 
+def _bundled_library():
+    """The library `pip install` put inside this package (adeadvm/_libadeadvm<suffix>), or None."""
+    here = Path(__file__).resolve().parent
+    found = sorted(here.glob("_libadeadvm*"))
+    return str(found[0]) if found else None
+
+
 def library_path():
     """Where the C library is loaded from."""
     env = os.environ.get("ADEADVM_LIB")
     if env:
         return env
+    bundled = _bundled_library()
+    if bundled:
+        return bundled
     name = {"darwin": "libadeadvm.dylib", "win32": "adeadvm.dll"}.get(sys.platform, "libadeadvm.so")
     repo = Path(__file__).resolve().parents[2]
     roots = [Path(os.environ["CARGO_TARGET_DIR"])] if os.environ.get("CARGO_TARGET_DIR") else []
@@ -62,8 +74,9 @@ def library_path():
     found = [c for c in candidates if c.exists()]
     if not found:
         raise Error(
-            "cannot find the adeadvm C library (looked for %s); build it with `cargo build --lib` "
-            "or set ADEADVM_LIB" % ", ".join(str(c) for c in candidates)
+            "cannot find the adeadvm C library (this package carries none: it was not installed "
+            "with `pip install ./python`; looked for %s); install it, build the library with "
+            "`cargo build --lib`, or set ADEADVM_LIB" % ", ".join(str(c) for c in candidates)
         )
     # The newest build wins when both exist.
     return str(max(found, key=lambda c: c.stat().st_mtime))

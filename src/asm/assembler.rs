@@ -98,6 +98,9 @@ pub(crate) struct Assembler<'o> {
     failed_decls: HashSet<String>,
     /// Unknown `${NAME}`s already reported: reported at their first use only.
     unknown_defines: HashSet<String>,
+    /// Files that could not be read, with the reason, reported at their first reference only:
+    /// a model's weights file names hundreds of constants, and a wrong path is one mistake.
+    unreadable_files: HashSet<(String, String)>,
     /// `.vocab`: the vocabulary's metadata file and the line that gave it.
     vocab: Option<(Vec<u8>, usize)>,
 }
@@ -206,6 +209,7 @@ impl<'o> Assembler<'o> {
             files: FileCache::default(),
             failed_decls: HashSet::new(),
             unknown_defines: HashSet::new(),
+            unreadable_files: HashSet::new(),
         }
     }
 
@@ -222,6 +226,11 @@ impl<'o> Assembler<'o> {
                 return;
             }
             AsmErrorKind::UnknownDefine { name, .. } if !self.unknown_defines.insert(name.clone()) => return,
+            AsmErrorKind::File { path, error }
+                if !self.unreadable_files.insert((path.clone(), error.clone())) =>
+            {
+                return;
+            }
             _ => {}
         }
         // The same error on the same expanded line (a `.rept` body line that does not use the

@@ -35,6 +35,12 @@ use crate::isa::{DType, DecodeError, Dim, Instruction, Operand};
 /// Constants with at most this many elements are written inline.
 pub const INLINE_MAX: u64 = 64;
 
+/// How many leading values (or vocabulary bytes) a summarized constant shows.
+const SUMMARY_SHOWN: usize = 8;
+
+/// The note after a summarized value: it is not assembly, and how to get the whole of it.
+const SUMMARY_NOTE: &str = "elided; `disasm -o FILE` writes it to FILE.data, `--constants full` prints it";
+
 /// How to disassemble.
 #[derive(Debug, Clone)]
 pub struct DisasmOptions {
@@ -42,11 +48,15 @@ pub struct DisasmOptions {
     pub data_dir: Option<PathBuf>,
     /// The folder the `.s` file will be written to; `.npy` paths are relative to it.
     pub asm_dir: PathBuf,
+    /// For reading, not assembling: constants of more than [`INLINE_MAX`] elements (when no
+    /// `data_dir` takes them) and the vocabulary are shown by their first values and size only,
+    /// so a model's weights do not flood a terminal. The text then does not assemble.
+    pub summarize_large: bool,
 }
 
 impl Default for DisasmOptions {
     fn default() -> DisasmOptions {
-        DisasmOptions { data_dir: None, asm_dir: PathBuf::from(".") }
+        DisasmOptions { data_dir: None, asm_dir: PathBuf::from("."), summarize_large: false }
     }
 }
 
@@ -276,6 +286,11 @@ impl Dis<'_> {
                         write_npy(&file, dtype, shape, &elems)?;
                         Ok(format!("npy({})", quote(&relative(&file, &self.opts.asm_dir))))
                     }
+                    None if self.opts.summarize_large && n > INLINE_MAX => {
+                        let v: Vec<String> =
+                            elems.iter().take(SUMMARY_SHOWN).map(|&b| elem_text(b, dtype)).collect();
+                        Ok(format!("[{}, ...]  ; {n} values, {SUMMARY_NOTE}", v.join(", ")))
+                    }
                     _ => {
                         let v: Vec<String> = elems.iter().map(|&b| elem_text(b, dtype)).collect();
                         Ok(format!("[{}]", v.join(", ")))
@@ -308,6 +323,11 @@ impl Dis<'_> {
                     std::fs::create_dir_all(dir).map_err(io)?;
                     crate::output::write_atomically(&file, &p.vocab).map_err(io)?;
                     writeln!(out, ".vocab gguf({})", quote(&relative(&file, &self.opts.asm_dir)))
+                }
+                None if self.opts.summarize_large && p.vocab.len() > SUMMARY_SHOWN => {
+                    let hex: String =
+                        p.vocab.iter().take(SUMMARY_SHOWN).map(|b| format!("{b:02x}")).collect();
+                    writeln!(out, ".vocab hex(\"{hex}...\")  ; {} bytes, {SUMMARY_NOTE}", p.vocab.len())
                 }
                 None => {
                     let hex: String = p.vocab.iter().map(|b| format!("{b:02x}")).collect();

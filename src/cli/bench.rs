@@ -39,8 +39,22 @@ pub enum Kernel {
     ReduceSum,
     /// REDUCE_MAX, as reduce-sum.
     ReduceMax,
-    /// Interpreter overhead: a chain of 1000 dependent ADDs on 1-element tensors (ns per op).
+    /// Interpreter overhead: a chain of 1000 dependent ADDs on 1-element tensors (ns per op;
+    /// SIZE does not apply).
     Dispatch,
+}
+
+/// The length of `bench dispatch`'s chain of dependent ADDs (its size: SIZE does not apply).
+const DISPATCH_CHAIN: usize = 1000;
+
+/// `bench`'s line in the top-level help: every kernel's name, as the command line spells it.
+pub fn about() -> String {
+    let names: Vec<String> = Kernel::value_variants()
+        .iter()
+        .filter_map(|k| k.to_possible_value())
+        .map(|v| v.get_name().to_string())
+        .collect();
+    format!("Time one kernel ({}) inside the VM", names.join(", "))
 }
 
 #[derive(Args)]
@@ -48,7 +62,7 @@ pub struct BenchArgs {
     /// The kernel to time.
     #[arg(value_enum)]
     kernel: Kernel,
-    /// Problem size: N (accepts K and M suffixes: 16M = 16·2^20).
+    /// Problem size: N (accepts K and M suffixes: 16M = 16·2^20); dispatch has a fixed size.
     #[arg(default_value = "1024", value_parser = parse_size)]
     size: usize,
     /// Determinism tier.
@@ -71,6 +85,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Say on stderr what is running as each run ends (a status line on a terminal by default:
+    /// a large kernel on a CPU-emulated device such as lavapipe takes minutes).
+    #[arg(long)]
+    progress: bool,
     /// How the matmul kernels store their operands: nn (a [M, K], b [K, N]), nt (b stored
     /// [N, K], as a linear layer's weight), tn (a stored [K, M]) or tt.
     #[arg(long, default_value = "nn", value_parser = ["nn", "nt", "tn", "tt"])]
@@ -108,6 +126,35 @@ fn parse_size(s: &str) -> Result<usize, String> {
         .and_then(|n| n.checked_mul(mult))
         .filter(|&n| n > 0)
         .ok_or_else(|| format!("`{s}` is not a positive size (e.g. 1024, 16M)"))
+}
+
+/// What `bench` is doing, on stderr: one status line rewritten in place on a terminal, or
+/// plain lines with `--progress` into a pipe or file; nothing otherwise.
+struct BenchProgress {
+    lines: bool,
+    status_line: bool,
+    started: Instant,
+}
+
+impl BenchProgress {
+    fn new(asked: bool) -> BenchProgress {
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        BenchProgress { lines: asked && !terminal, status_line: terminal, started: Instant::now() }
+    }
+    fn say(&self, what: &str) {
+        let text = format!("bench: {what} ({:.1} s in)", self.started.elapsed().as_secs_f64());
+        if self.status_line {
+            eprint!("\r\x1b[2K{text}");
+        } else if self.lines {
+            eprintln!("{text}");
+        }
+    }
+    /// Clears the status line before the result is printed.
+    fn done(&self) {
+        if self.status_line {
+            eprint!("\r\x1b[2K");
+        }
+    }
 }
 
 /// Records the duration of every execution of one instruction: wall time, and GPU time
@@ -292,11 +339,11 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         }
         Kernel::Dispatch => {
             let mut s = String::from(".output y f32[1]\nALLOC %c: f32[1]\nFILL %c, 0.0\n");
-            for _ in 0..1000 {
+            for _ in 0..DISPATCH_CHAIN {
                 s.push_str("ADD %c, %c, 1.0\n");
             }
             s.push_str("STORE y, %c\nFREE %c\n");
-            (s, usize::MAX, Vec::new(), 1000.0, 0.0)
+            (s, usize::MAX, Vec::new(), DISPATCH_CHAIN as f64, 0.0)
         }
     };
     let program = assemble(&src, "bench.s", &AsmOptions { defines: Vec::new(), base_dir: ".".into() })?;
@@ -314,7 +361,10 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     }
     // Untimed runs warm caches, allocate the arena and bring a GPU to its working clocks: one
     // run, which builds the pipelines, then --warmup seconds of runs.
+    let progress = BenchProgress::new(a.progress);
+    progress.say("the first run, which builds the pipelines");
     vm.run()?;
+    progress.say(&format!("warming up for {} s", a.warmup));
     let warm_from = Instant::now();
     let warmup = Duration::from_secs_f64(a.warmup);
     while warm_from.elapsed() < warmup {
@@ -329,7 +379,8 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     // The whole program's wall time a run, the timed loop's mean: what a caller running the
     // program again and again gets (the median above times one instruction).
     let loop_from = Instant::now();
-    for _ in 0..a.iters {
+    for i in 0..a.iters {
+        progress.say(&format!("timed run {} of {}", i + 1, a.iters));
         if index == usize::MAX {
             let stats = vm.run()?;
             submissions += stats.gpu_submissions;
@@ -343,6 +394,7 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
             gpu_samples.extend(timer.gpu_times);
         }
     }
+    progress.done();
     let run_wall = loop_from.elapsed().as_secs_f64() / a.iters as f64;
     let median_of = |v: &mut Vec<Duration>| -> Option<f64> {
         v.sort();
@@ -377,12 +429,13 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
         shape_json.push_str(&format!("\"axis\":{axis},"));
     }
     if a.json {
+        let json_size = if matches!(a.kernel, Kernel::Dispatch) { DISPATCH_CHAIN } else { n };
         let mut host = host.map_or(String::new(), |h| format!(",\"host_seconds\":{h:e}"));
         if submissions > 0 {
             host.push_str(&format!(",\"gpu_submissions\":{submissions},\"gpu_reused\":{reused}"));
         }
         println!(
-            "{{\"kernel\":\"{name}\",{shape_json}\"size\":{n},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e},\"run_seconds\":{run_wall:e}{host},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
+            "{{\"kernel\":\"{name}\",{shape_json}\"size\":{json_size},\"tier\":\"{}\",\"backend\":\"{}\",\"threads\":{threads},\"simd\":\"{level}\",\"seconds\":{median:e},\"wall_seconds\":{wall:e},\"run_seconds\":{run_wall:e}{host},\"timed_by\":\"{}\",\"gflops\":{:.3},\"gbps\":{:.3}}}",
             a.tier,
             a.backend,
             if gpu.is_some() { "gpu" } else { "wall" },
@@ -422,7 +475,11 @@ pub fn cmd_bench(a: BenchArgs) -> Result<()> {
     if split_gemm {
         shown_name.push_str(" (f32 on the tensor cores, three bf16 pieces an operand)");
     }
-    let mut shown_size = if a.row.is_some() { format!("{n}x{row}") } else { n.to_string() };
+    let mut shown_size = match (a.kernel, a.row) {
+        (Kernel::Dispatch, _) => format!("({DISPATCH_CHAIN} dependent ADDs of f32[1])"),
+        (_, Some(_)) => format!("{n}x{row}"),
+        (_, None) => n.to_string(),
+    };
     if is_reduce {
         shown_size.push_str(&format!(" axis {axis}"));
     }

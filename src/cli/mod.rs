@@ -35,7 +35,8 @@ enum Command {
     Replay(ReplayArgs),
     /// Show this machine: CPU features, memory, executors and the determinism tier each gives.
     Info,
-    /// Time one kernel (matmul, add, exp, gelu, softmax, layernorm, rmsnorm, dispatch) inside the VM.
+    // The one-line help names every kernel, from the enum that defines them.
+    #[command(about = bench::about())]
     Bench(bench::BenchArgs),
     /// Generate text with a generation program (programs/smollm2.s): greedy, the same tokens on
     /// every executor and at any batch size.
@@ -72,9 +73,14 @@ struct DisasmArgs {
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Write constants of more than 64 elements as .npy files in this folder (default with -o:
-    /// FILE.data next to it; without -o every constant is printed inline).
+    /// FILE.data next to it; without -o they are printed, see --constants).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Without -o or --data-dir, how constants of more than 64 elements (and a vocabulary) are
+    /// printed: `full` (assembly that assembles back), `summary` (the first values and the
+    /// size, for reading), or `auto`: summary on a terminal, full into a pipe or file.
+    #[arg(long, value_name = "HOW", default_value = "auto", value_parser = ["auto", "full", "summary"])]
+    constants: String,
 }
 
 #[derive(Args)]
@@ -349,7 +355,15 @@ fn cmd_disasm(a: DisasmArgs) -> Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let text = asm::disassemble(&program, &DisasmOptions { data_dir, asm_dir })?;
+    // A model's weights printed in full take minutes to scroll past on a terminal; into a
+    // pipe or a file they are what makes the text assemble back.
+    let summarize_large = a.output.is_none()
+        && match a.constants.as_str() {
+            "summary" => true,
+            "full" => false,
+            _ => std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        };
+    let text = asm::disassemble(&program, &DisasmOptions { data_dir, asm_dir, summarize_large })?;
     match a.output {
         Some(out) => write_atomically(&out, text.as_bytes()),
         None => {

@@ -250,7 +250,21 @@ pub fn cmd_info() -> Result<()> {
     println!("simd:    {}", if features.is_empty() { "none detected".into() } else { features.join(" ") });
     println!("memory:  {} total, {} available", mem("MemTotal:"), mem("MemAvailable:"));
     println!("executors:");
-    println!("  cpu     scalar reference; tiers: strict (bit-identical everywhere), fast");
+    // What the CPU executor will use, as a session decides it (`SimdLevel::from_env`), not
+    // only what the CPU has: ADEADVM_SIMD can lower it.
+    let level = adeadvm::exec::cpu::SimdLevel::from_env();
+    let kernels = match level {
+        adeadvm::exec::cpu::SimdLevel::Scalar => "the scalar reference for every opcode".to_string(),
+        l => format!("{} SIMD kernels (the scalar reference where an opcode has none)", l.name()),
+    };
+    let forced = match std::env::var("ADEADVM_SIMD") {
+        Ok(v) => format!(" (ADEADVM_SIMD={v})"),
+        Err(_) => String::new(),
+    };
+    println!(
+        "  cpu     {kernels}{forced}, {cores} worker thread{}; tiers: strict (bit-identical everywhere), fast",
+        if cores == 1 { "" } else { "s" }
+    );
     print_vulkan_info();
     Ok(())
 }
