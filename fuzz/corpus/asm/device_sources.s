@@ -1,0 +1,12 @@
+; Constant and kernel sources that are devices, not files: each is refused before it is read
+; (issue 34, class 5: /dev/zero used to be read until memory ran out).
+.input %x f32[4]
+.const %a f32[4] = npy("/dev/zero")
+.const %b f32[4] = safetensors("/dev/zero", "w")
+.const %c f32[4] = gguf("/dev/zero", "token_embd.weight")
+.vocab gguf("/dev/zero")
+.spirv k = file("/dev/zero")
+.output y f32[4]
+    ALLOC %y
+    ADD %y, %x, %a
+    HALT
