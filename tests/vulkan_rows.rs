@@ -481,7 +481,7 @@ fn tiles(ex: &VulkanExec) -> Vec<GemmTile> {
         .into_iter()
         .filter(|t| match t.unusable_on(ex.device().info()) {
             Some(why) => {
-                common::skip::skipped(&format!("GEMM tile {t:?}"), &why);
+                common::skip::skipped("a GEMM tile", &why);
                 false
             }
             None => true,
