@@ -317,8 +317,9 @@ fn the_c_abi_survives_the_assemblers_hostile_inputs() {
         let src = std::ffi::CString::new(src).unwrap();
         let mut program = std::ptr::null_mut();
         // SAFETY: valid NUL-terminated strings and a valid out-pointer.
-        let status =
-            unsafe { adeadvm_program_from_asm(src.as_ptr().cast(), c"hostile.s".as_ptr().cast(), &mut program) };
+        let status = unsafe {
+            adeadvm_program_from_asm(src.as_ptr().cast(), c"hostile.s".as_ptr().cast(), &mut program)
+        };
         assert_eq!(status, AdeadvmStatus::Assembly, "{message}");
         assert!(program.is_null());
         // SAFETY: adeadvm_last_error never returns NULL; the string lives until the next failure.

@@ -1503,7 +1503,11 @@ fn instructions(words: &[u32]) -> Vec<(usize, u32)> {
 
 /// The start word of the first instruction with `opcode`.
 fn first(words: &[u32], opcode: u32) -> usize {
-    instructions(words).into_iter().find(|&(_, op)| op == opcode).unwrap_or_else(|| panic!("no opcode {opcode}")).0
+    instructions(words)
+        .into_iter()
+        .find(|&(_, op)| op == opcode)
+        .unwrap_or_else(|| panic!("no opcode {opcode}"))
+        .0
 }
 
 /// Verifies programs/kernel.s with `words` as its module.

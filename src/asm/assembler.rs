@@ -299,7 +299,10 @@ impl<'o> Assembler<'o> {
     ) {
         let mut i = range.start;
         while i < range.end {
-            if self.expanded > MAX_EXPANDED_LINES || self.errors.len() >= MAX_ERRORS || self.substituted_too_much {
+            if self.expanded > MAX_EXPANDED_LINES
+                || self.errors.len() >= MAX_ERRORS
+                || self.substituted_too_much
+            {
                 return;
             }
             let (no, raw) = lines[i];
