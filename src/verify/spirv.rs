@@ -204,10 +204,9 @@ pub(crate) fn validate(words: &[u32]) -> Result<(), String> {
     let validator = spirv_tools::val::create(Some(VALIDATION_ENV));
     validator.validate(words, None).map_err(|e| match e.diagnostic {
         Some(d) => {
-            // The message, then (on its own line) the offending instruction as disassembled.
-            let mut lines = d.message.lines().map(str::trim).filter(|l| !l.is_empty());
-            let message = lines.next().unwrap_or("").trim_end_matches('.');
-            match lines.next() {
+            // The reason, and in the notes the offending instruction as disassembled.
+            let message = d.message.trim().trim_end_matches('.');
+            match d.notes.lines().map(str::trim).find(|l| !l.is_empty()) {
                 Some(instruction) => {
                     format!("is not valid SPIR-V: `{instruction}`: {message} (SPIRV-Tools validator)")
                 }
