@@ -156,3 +156,14 @@ fn independent_instructions_run_together_with_the_same_bits() {
         }
     }
 }
+
+/// Issue 34: MATMUL with N = 0 and a bias or an activation divided by zero in the SIMD
+/// epilogue. Every configuration (the scalar reference, each SIMD level, 1 to 3 threads) gives
+/// empty outputs for N = 0 and M = 0, and the bias and activation alone for K = 0.
+#[test]
+fn matmul_with_an_empty_side_gives_an_empty_output_on_every_cpu_configuration() {
+    for config in configs() {
+        let what = format!("{:?} x{}", config.simd.unwrap(), config.threads.unwrap());
+        check_matmul_with_an_empty_side(&config, &what);
+    }
+}

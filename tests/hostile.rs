@@ -205,3 +205,145 @@ fn gguf_seeds_parse() {
     assert_eq!(ids.len(), 5, "{ids:?}"); // hello, space, 1, 2 (digits alone), <s>
     assert_eq!(tok.decode(&ids), "hello 12<s>");
 }
+
+/// The inputs of issue 34 (item 1) that took the assembler down, built as the issue describes
+/// them. Each is also a seed in fuzz/corpus/asm (smaller, past the same limits).
+mod assembler_limits {
+    /// Ten defines, each the previous one 16 times: 815 bytes of source that expanded to 16^10
+    /// bytes and aborted on allocation failure. The fifth level passes the 1 MiB line limit;
+    /// the levels after it are not reported again.
+    pub fn define_chain() -> String {
+        let mut src = String::from(".define A xxxxxxxxxxxxxxxx\n");
+        for level in 1..=10u8 {
+            let name = char::from(b'A' + level);
+            let previous = format!("${{{}}}", char::from(b'A' + level - 1));
+            src += &format!(".define {name} {}\n", previous.repeat(16));
+        }
+        src + ".input %x f32[4]\n.output y f32[4]\n    STORE y, %x\n    HALT\n"
+    }
+
+    /// A constant nested `levels` brackets deep.
+    pub fn nested_brackets(levels: usize) -> String {
+        format!(".const %c f32[1] = {}1{}\n    HALT\n", "[".repeat(levels), "]".repeat(levels))
+    }
+
+    /// `fill(fill(...(1)...))`, `levels` calls deep.
+    pub fn nested_fill(levels: usize) -> String {
+        format!(".const %c f32[4] = {}1{}\n    HALT\n", "fill(".repeat(levels), ")".repeat(levels))
+    }
+
+    /// `levels` `.rept` blocks inside each other, each repeating once.
+    pub fn nested_rept(levels: usize) -> String {
+        let mut src = String::new();
+        for level in 0..levels {
+            src += &format!(".rept i{level} 1\n");
+        }
+        src += "    NOP\n";
+        src += &".endr\n".repeat(levels);
+        src + "    HALT\n"
+    }
+}
+
+/// How many errors an assembler report holds (its last line only counts them).
+fn errors(report: &str) -> usize {
+    report.lines().filter(|l| l.starts_with("error: ") && !l.starts_with("error: could not assemble")).count()
+}
+
+#[test]
+fn a_define_chain_that_expands_to_gigabytes_is_an_assembler_error() {
+    let src = assembler_limits::define_chain();
+    assert!(src.len() < 1024, "{} bytes", src.len());
+    let err = common::try_build(&src).unwrap_err();
+    assert!(err.starts_with("error: this line is too long after `${...}` substitution\n"), "{err}");
+    // Line 5 defines E as 16 copies of D (65,536 bytes each); the 16th copy passes 1 MiB.
+    assert!(err.contains("test.s:5:"), "{err}");
+    assert!(err.contains("`D` is 65536 bytes long, and the line would pass 1048576 bytes"), "{err}");
+    assert_eq!(errors(&err), 1, "one error, not one per level after it:\n{err}");
+}
+
+#[test]
+fn substitution_past_the_total_budget_is_an_assembler_error() {
+    // D is 65,536 bytes, within the line limit; 5,000 lines that use it pass 256 MiB.
+    let mut src = String::from(".define A xxxxxxxxxxxxxxxx\n");
+    for (name, previous) in [("B", "A"), ("C", "B"), ("D", "C")] {
+        src += &format!(".define {name} {}\n", format!("${{{previous}}}").repeat(16));
+    }
+    src += ".rept i 5000\n.define E ${D}\n.endr\n    HALT\n";
+    let err = common::try_build(&src).unwrap_err();
+    assert!(err.starts_with("error: `${...}` substitution is too large in total\n"), "{err}");
+    assert!(err.contains("the lines that use `${...}` pass 268435456 bytes together here"), "{err}");
+    assert_eq!(errors(&err), 1, "{err}");
+}
+
+#[test]
+fn ten_thousand_nested_brackets_are_an_assembler_error() {
+    let err = common::try_build(&assembler_limits::nested_brackets(10_000)).unwrap_err();
+    assert!(err.starts_with("error: value nested too deeply\n"), "{err}");
+    // The 65th `[` (column 20 + 64) is where it stops.
+    assert!(err.contains("test.s:1:84"), "{err}");
+    assert!(err.contains("more than 64 levels of `[...]`, `name(...)` and `name=value`"), "{err}");
+    // A constant of rank 8 (9 levels with the value) is well inside the limit.
+    let rank8 = ".const %c f32[1,1,1,1,1,1,1,1] = [[[[[[[[1]]]]]]]]\n    HALT\n";
+    common::try_build(rank8).unwrap();
+}
+
+#[test]
+fn ten_thousand_nested_fills_are_an_assembler_error() {
+    let err = common::try_build(&assembler_limits::nested_fill(10_000)).unwrap_err();
+    assert!(err.starts_with("error: value nested too deeply\n"), "{err}");
+    assert!(err.contains("test.s:1:"), "{err}");
+    assert!(err.contains("more than 64 levels of `[...]`, `name(...)` and `name=value`"), "{err}");
+}
+
+#[test]
+fn ten_thousand_nested_repts_are_an_assembler_error() {
+    let err = common::try_build(&assembler_limits::nested_rept(10_000)).unwrap_err();
+    assert!(err.starts_with("error: `.rept` nested too deeply\n"), "{err}");
+    // The 65th `.rept` is refused; the 64 around it ran.
+    assert!(err.contains("test.s:65:1"), "{err}");
+    assert!(err.contains("more than 64 `.rept` blocks inside each other"), "{err}");
+    assert_eq!(errors(&err), 1, "{err}");
+    // 64 levels assemble.
+    common::try_build(&assembler_limits::nested_rept(64)).unwrap();
+}
+
+/// The same inputs through the C ABI, where a stack overflow took the host process down: each
+/// is now `ADEADVM_STATUS_ASSEMBLY` with the message, and the host goes on.
+#[test]
+fn the_c_abi_survives_the_assemblers_hostile_inputs() {
+    use adeadvm::ffi::{adeadvm_last_error, adeadvm_program_from_asm, AdeadvmStatus};
+    let cases = [
+        (assembler_limits::define_chain(), "this line is too long after `${...}` substitution"),
+        (assembler_limits::nested_brackets(10_000), "value nested too deeply"),
+        (assembler_limits::nested_fill(10_000), "value nested too deeply"),
+        (assembler_limits::nested_rept(10_000), "`.rept` nested too deeply"),
+    ];
+    for (src, message) in cases {
+        let src = std::ffi::CString::new(src).unwrap();
+        let mut program = std::ptr::null_mut();
+        // SAFETY: valid NUL-terminated strings and a valid out-pointer.
+        let status = unsafe {
+            adeadvm_program_from_asm(src.as_ptr().cast(), c"hostile.s".as_ptr().cast(), &mut program)
+        };
+        assert_eq!(status, AdeadvmStatus::Assembly, "{message}");
+        assert!(program.is_null());
+        // SAFETY: adeadvm_last_error never returns NULL; the string lives until the next failure.
+        let err = unsafe { std::ffi::CStr::from_ptr(adeadvm_last_error()) }.to_string_lossy().into_owned();
+        assert!(err.starts_with(&format!("error: {message}\n")), "{err}");
+        assert!(err.contains("hostile.s:"), "{err}");
+    }
+}
+
+/// The seed fuzz/corpus/asm/matmul_no_columns.s reaches the case it is for: MATMUL with no
+/// output columns and a bias and GELU (issue 34: a division by zero in the CPU epilogue) runs
+/// and gives an empty [3, 0] output.
+#[test]
+fn the_matmul_without_columns_seed_runs_to_an_empty_output() {
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/asm/matmul_no_columns.s"),
+    )
+    .unwrap();
+    let outputs = common::run(&common::build(&src), &[]).unwrap();
+    assert_eq!(outputs["y"].shape, vec![3, 0]);
+    assert!(outputs["y"].bytes().is_empty());
+}

@@ -142,29 +142,43 @@ fn the_device_memory_budget_is_enforced_before_running() {
 }
 
 /// `programs/kernel/scale.spv` with its LocalSize execution mode set to `x`, 1, 1. glslc also
-/// emits a constant decorated as the WorkgroupSize built-in, which overrides the execution
-/// mode; its decoration is turned into another built-in so that the patched mode counts. (The
+/// emits a constant composite decorated as the WorkgroupSize built-in, which overrides the
+/// execution mode; its x component (an OpConstant of its own) is set to `x` as well, so that
+/// the module stays valid SPIR-V (the verifier validates it) and says `x` both ways. (The
 /// module is refused before any pipeline is built from it.)
 fn scale_spv_with_local_size(x: u32) -> Vec<u8> {
     let bytes = std::fs::read(root().join("programs/kernel/scale.spv")).unwrap();
     let mut words: Vec<u32> =
         bytes.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+    // (start word, opcode, word count) of every instruction.
+    let mut insns = Vec::new();
     let mut i = 5;
-    let mut patched = false;
     while i < words.len() {
         let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
+        insns.push((i, op, count));
+        i += count.max(1);
+    }
+    let mut patched = false;
+    let mut workgroup_size = None;
+    for &(i, op, count) in &insns {
         // OpExecutionMode %entry LocalSize x y z
         if op == 16 && count == 6 && words[i + 2] == 17 {
             words[i + 3] = x;
             patched = true;
         }
-        // OpDecorate %id BuiltIn WorkgroupSize -> BuiltIn NumWorkgroups
+        // OpDecorate %id BuiltIn WorkgroupSize
         if op == 71 && count == 4 && words[i + 2] == 11 && words[i + 3] == 25 {
-            words[i + 3] = 24;
+            workgroup_size = Some(words[i + 1]);
         }
-        i += count.max(1);
     }
     assert!(patched, "scale.spv has a LocalSize execution mode");
+    let workgroup_size = workgroup_size.expect("scale.spv has a WorkgroupSize constant");
+    // OpConstantComposite %uvec3 %workgroup_size %x %y %z, then OpConstant %uint %x value.
+    let &(composite, ..) =
+        insns.iter().find(|&&(i, op, _)| op == 44 && words[i + 2] == workgroup_size).unwrap();
+    let x_id = words[composite + 3];
+    let &(constant, ..) = insns.iter().find(|&&(i, op, _)| op == 43 && words[i + 2] == x_id).unwrap();
+    words[constant + 3] = x;
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 

@@ -1163,7 +1163,10 @@ fn spirv(readonly: &[bool], push_words: usize, model: rspirv::spirv::ExecutionMo
     b.begin_block(None).unwrap();
     b.ret().unwrap();
     b.end_function().unwrap();
-    b.entry_point(model, f, "main", vars);
+    // SPIR-V 1.3 lists only Input and Output variables in an entry point's interface (the
+    // validator refuses storage buffers there); `vars` are the module's globals all the same.
+    let _ = vars;
+    b.entry_point(model, f, "main", vec![]);
     b.execution_mode(f, s::ExecutionMode::LocalSize, [64, 1, 1]);
     b.module().assemble()
 }
@@ -1615,5 +1618,93 @@ fn the_interference_graph_has_a_limit() {
         "instruction 5793 (line 5803, ALLOC): allocating %t5793 here, with 5793 temporaries already allocated, makes \
          more than 16777216 pairs of temporaries allocated at the same time in the program (the memory planner's \
          limit); free temporaries sooner"
+    );
+}
+
+// Invalid SPIR-V (issue 34): modules one word away from programs/kernel/scale.spv that pass
+// the interface checks but that SPIRV-Tools' validator refuses; lavapipe crashed the process
+// building pipelines from such modules, so the verifier must refuse them.
+
+/// programs/kernel.s, assembled, with its SPIR-V module's words.
+fn kernel_example() -> (adeadvm::format::Program, Vec<u32>) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("programs");
+    let source = std::fs::read_to_string(root.join("kernel.s")).unwrap();
+    let options = adeadvm::asm::AsmOptions { defines: Vec::new(), base_dir: root };
+    let program = adeadvm::asm::assemble(&source, "kernel.s", &options).unwrap();
+    let words = program.spirv[0].words.clone();
+    (program, words)
+}
+
+/// (start word, opcode) of every instruction after the header.
+fn instructions(words: &[u32]) -> Vec<(usize, u32)> {
+    let mut out = Vec::new();
+    let mut at = 5;
+    while at < words.len() {
+        out.push((at, words[at] & 0xffff));
+        at += (words[at] >> 16) as usize;
+    }
+    out
+}
+
+/// The start word of the first instruction with `opcode`.
+fn first(words: &[u32], opcode: u32) -> usize {
+    instructions(words)
+        .into_iter()
+        .find(|&(_, op)| op == opcode)
+        .unwrap_or_else(|| panic!("no opcode {opcode}"))
+        .0
+}
+
+/// Verifies programs/kernel.s with `words` as its module.
+fn verify_kernel_with(words: Vec<u32>) -> Result<VerifiedProgram, String> {
+    let (mut program, _) = kernel_example();
+    program.spirv[0].words = words;
+    verify(program).map_err(|e| e.to_string())
+}
+
+const OP_TYPE_STRUCT: u32 = 30;
+const OP_LOAD: u32 = 61;
+const OP_ACCESS_CHAIN: u32 = 65;
+const OP_FMUL: u32 = 133;
+
+#[test]
+fn the_unchanged_kernel_module_validates() {
+    let (_, words) = kernel_example();
+    verify_kernel_with(words).unwrap();
+}
+
+#[test]
+fn an_fmul_whose_result_type_is_a_struct_is_refused() {
+    let (_, mut words) = kernel_example();
+    let fmul = first(&words, OP_FMUL);
+    words[fmul + 1] = words[first(&words, OP_TYPE_STRUCT) + 1]; // result type := a struct
+    assert_eq!(
+        verify_kernel_with(words).unwrap_err(),
+        "kernel scale_by_2: SPIR-V module scale: is not valid SPIR-V: `%47 = OpFMul %_struct_18 %43 %46`: Expected \
+         floating scalar or vector type as Result Type: FMul (SPIRV-Tools validator)"
+    );
+}
+
+#[test]
+fn an_id_defined_twice_is_refused() {
+    let (_, mut words) = kernel_example();
+    let fmul = first(&words, OP_FMUL);
+    words[fmul + 2] = words[first(&words, OP_LOAD) + 2]; // the product's id := a load's id
+    assert_eq!(
+        verify_kernel_with(words).unwrap_err(),
+        "kernel scale_by_2: SPIR-V module scale: is not valid SPIR-V: Id 15 is defined more than once (SPIRV-Tools \
+         validator)"
+    );
+}
+
+#[test]
+fn an_access_chain_whose_base_is_a_type_is_refused() {
+    let (_, mut words) = kernel_example();
+    let chain = first(&words, OP_ACCESS_CHAIN);
+    words[chain + 3] = words[first(&words, OP_TYPE_STRUCT) + 1]; // the base := a type
+    assert_eq!(
+        verify_kernel_with(words).unwrap_err(),
+        "kernel scale_by_2: SPIR-V module scale: is not valid SPIR-V: `%14 = OpAccessChain %_ptr_Input_uint \
+         %_struct_18 %uint_0`: Operand '18[%_struct_18]' cannot be a type (SPIRV-Tools validator)"
     );
 }

@@ -1407,3 +1407,13 @@ fn partial_writes_keep_their_destination_across_placements() {
     let n = out["n"].to_i32().unwrap();
     assert_eq!((n[7], n[2]), (11, 11), "both TSETs landed");
 }
+
+/// Issue 34: MATMUL with N = 0 (or M = 0, K = 0) and a bias and an activation, on the VM's
+/// Vulkan executor (lavapipe in CI): empty outputs, or the bias and activation alone for K = 0.
+#[test]
+fn matmul_with_an_empty_side_gives_an_empty_output_on_vulkan() {
+    if !vulkan() {
+        return;
+    }
+    check_matmul_with_an_empty_side(&gpu(), "Vulkan");
+}

@@ -10,6 +10,7 @@
 //! goes on with the next line and every error in the file is reported.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 
 use super::consts::{
     arg_text, gguf_meta_text, gguf_vocab, int_arg, materialize, parse_elem, parse_f32, ConstTarget,
@@ -35,6 +36,16 @@ const DIRECTIVES: &[&str] = &[
 
 /// Stop expanding `.rept` bodies past this many assembled lines.
 const MAX_EXPANDED_LINES: usize = 2_000_000;
+/// The longest a line may become through `${...}` substitution (1 MiB; lines without `${` are
+/// not limited). A chain of ten defines, each repeating the previous one 16 times, is under
+/// 1 KB of source and would otherwise expand to 16^10 bytes.
+pub const MAX_SUBSTITUTED_LINE_BYTES: usize = 1 << 20;
+/// The most bytes all substituted lines of one file may come to together (256 MiB): a long
+/// define used on every line of a large `.rept` stays within the line limit but not this one.
+pub const MAX_SUBSTITUTED_BYTES: usize = 1 << 28;
+/// The deepest `.rept` blocks may nest inside each other. The assembler recurses once per
+/// level, so about 10,000 levels overflowed the stack.
+pub const MAX_REPT_DEPTH: usize = 64;
 /// Stop collecting errors past this many.
 const MAX_ERRORS: usize = 200;
 
@@ -103,6 +114,30 @@ pub(crate) struct Assembler<'o> {
     unreadable_files: HashSet<(String, String)>,
     /// `.vocab`: the vocabulary's metadata file and the line that gave it.
     vocab: Option<(Vec<u8>, usize)>,
+    /// Bytes of substituted lines so far (see [`MAX_SUBSTITUTED_BYTES`]).
+    substituted_bytes: usize,
+    /// The total passed [`MAX_SUBSTITUTED_BYTES`]: assembling stops (every later line would
+    /// report the same).
+    substituted_too_much: bool,
+}
+
+/// For each line that starts a `.rept`, the index of its `.endr` (`None` where there is none),
+/// found in one pass with a stack so that deep nesting costs linear time.
+fn matching_endrs(lines: &[(usize, &str)]) -> Vec<Option<usize>> {
+    let mut ends = vec![None; lines.len()];
+    let mut open = Vec::new();
+    for (i, &(_, raw)) in lines.iter().enumerate() {
+        match head_word(raw) {
+            ".rept" => open.push(i),
+            ".endr" => {
+                if let Some(start) = open.pop() {
+                    ends[start] = Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    ends
 }
 
 /// The first word of a line's code, for finding `.rept`/`.endr` before substitution.
@@ -210,6 +245,8 @@ impl<'o> Assembler<'o> {
             failed_decls: HashSet::new(),
             unknown_defines: HashSet::new(),
             unreadable_files: HashSet::new(),
+            substituted_bytes: 0,
+            substituted_too_much: false,
         }
     }
 
@@ -255,43 +292,52 @@ impl<'o> Assembler<'o> {
 
     pub(crate) fn run(&mut self, source: &str) {
         let lines: Vec<(usize, &str)> = source.lines().enumerate().map(|(i, l)| (i + 1, l)).collect();
+        let ends = matching_endrs(&lines);
         let mut stack = Vec::new();
-        self.block(&lines, &mut stack);
+        self.block(&lines, &ends, 0..lines.len(), &mut stack);
     }
 
-    fn block(&mut self, lines: &[(usize, &str)], stack: &mut Vec<ReptFrame>) {
-        let mut i = 0;
-        while i < lines.len() {
-            if self.expanded > MAX_EXPANDED_LINES || self.errors.len() >= MAX_ERRORS {
+    /// Assembles `lines[range]`. Recurses once per `.rept` level, which [`MAX_REPT_DEPTH`]
+    /// bounds; `ends` gives each `.rept` line's `.endr` (see [`matching_endrs`]).
+    fn block(
+        &mut self,
+        lines: &[(usize, &str)],
+        ends: &[Option<usize>],
+        range: Range<usize>,
+        stack: &mut Vec<ReptFrame>,
+    ) {
+        let mut i = range.start;
+        while i < range.end {
+            if self.expanded > MAX_EXPANDED_LINES
+                || self.errors.len() >= MAX_ERRORS
+                || self.substituted_too_much
+            {
                 return;
             }
             let (no, raw) = lines[i];
             match head_word(raw) {
                 ".rept" => {
-                    let mut depth = 0usize;
-                    let mut end = None;
-                    for (j, &(_, l)) in lines.iter().enumerate().skip(i + 1) {
-                        match head_word(l) {
-                            ".rept" => depth += 1,
-                            ".endr" if depth == 0 => {
-                                end = Some(j);
-                                break;
-                            }
-                            ".endr" => depth -= 1,
-                            _ => {}
-                        }
-                    }
                     let ctx = self.ctx(no, raw, stack);
                     let at = raw.find(".rept").unwrap_or(0);
-                    let Some(end) = end else {
+                    let Some(end) = ends[i] else {
                         self.report(&ctx, Diag::new(AsmErrorKind::UnterminatedRept, at..at + 5));
                         i += 1;
                         continue;
                     };
+                    if stack.len() >= MAX_REPT_DEPTH {
+                        let d = Diag::other(
+                            "`.rept` nested too deeply",
+                            format!("more than {MAX_REPT_DEPTH} `.rept` blocks inside each other"),
+                            at..at + 5,
+                        );
+                        self.report(&ctx, d);
+                        i = end + 1;
+                        continue;
+                    }
                     if let Some((var, count)) = self.rept_header(no, raw, stack) {
                         for k in 0..count {
                             stack.push(ReptFrame { var: var.clone(), value: k, line: no });
-                            self.block(&lines[i + 1..end], stack);
+                            self.block(lines, ends, i + 1..end, stack);
                             stack.pop();
                             self.expanded += 1; // an empty body still costs something
                             if self.expanded > MAX_EXPANDED_LINES {
@@ -301,6 +347,9 @@ impl<'o> Assembler<'o> {
                                     at..at + 5,
                                 );
                                 self.report(&ctx, d);
+                                return;
+                            }
+                            if self.errors.len() >= MAX_ERRORS || self.substituted_too_much {
                                 return;
                             }
                         }
@@ -340,8 +389,14 @@ impl<'o> Assembler<'o> {
         self.defines.get(name).map(|(v, _)| v.clone())
     }
 
-    /// Replaces every `${NAME}`.
-    fn substitute(&self, code: &str, stack: &[ReptFrame]) -> Result<String, Diag> {
+    /// Replaces every `${NAME}`. The result may be at most [`MAX_SUBSTITUTED_LINE_BYTES`] long,
+    /// and all results together at most [`MAX_SUBSTITUTED_BYTES`]; both are checked before
+    /// each value is copied in, so a chain of defines that doubles at every level fails at the
+    /// level that passes the limit instead of allocating gigabytes.
+    fn substitute(&mut self, code: &str, stack: &[ReptFrame]) -> Result<String, Diag> {
+        if !code.contains("${") {
+            return Ok(code.to_string());
+        }
         let mut out = String::with_capacity(code.len());
         let mut at = 0;
         while let Some(p) = code[at..].find("${") {
@@ -353,7 +408,28 @@ impl<'o> Assembler<'o> {
             let name = &code[start + 2..start + 2 + close];
             let end = start + 2 + close + 1;
             match self.lookup_define(name, stack) {
-                Some(v) => out.push_str(&v),
+                Some(v) => {
+                    let grown = out.len() + v.len();
+                    if grown > MAX_SUBSTITUTED_LINE_BYTES {
+                        return Err(Diag::other(
+                            "this line is too long after `${...}` substitution",
+                            format!(
+                                "`{name}` is {} bytes long, and the line would pass {MAX_SUBSTITUTED_LINE_BYTES} bytes",
+                                v.len()
+                            ),
+                            start..end,
+                        ));
+                    }
+                    if self.substituted_bytes + grown > MAX_SUBSTITUTED_BYTES {
+                        self.substituted_too_much = true;
+                        return Err(Diag::other(
+                            "`${...}` substitution is too large in total",
+                            format!("the lines that use `${{...}}` pass {MAX_SUBSTITUTED_BYTES} bytes together here"),
+                            start..end,
+                        ));
+                    }
+                    out.push_str(&v);
+                }
                 None => {
                     let mut known: Vec<&str> = stack.iter().map(|f| f.var.as_str()).collect();
                     known.extend(self.opts.defines.iter().map(|(k, _)| k.as_str()));
@@ -368,6 +444,7 @@ impl<'o> Assembler<'o> {
             at = end;
         }
         out.push_str(&code[at..]);
+        self.substituted_bytes += out.len();
         Ok(out)
     }
 
@@ -428,9 +505,18 @@ impl<'o> Assembler<'o> {
 
     /// When `code` is a tensor declaration (`.input`, `.const`, `.tensor`) that failed, remembers
     /// the tensor's name (its own `${...}` substituted where they resolve) if it is not declared.
+    /// Likewise a `.define` that failed: its later uses count as already reported (a define
+    /// chain that passes the substitution limit gives one error, not one per level after it).
     fn note_failed_decl(&mut self, code: &str, stack: &[ReptFrame]) {
         let mut words = code.split_whitespace();
-        if !matches!(words.next(), Some(".input" | ".const" | ".tensor")) {
+        let directive = words.next();
+        if directive == Some(".define") {
+            if let Some(name) = words.next() {
+                self.unknown_defines.insert(name.to_string());
+            }
+            return;
+        }
+        if !matches!(directive, Some(".input" | ".const" | ".tensor")) {
             return;
         }
         let Some(token) = words.next().and_then(|w| w.strip_prefix('%')) else { return };

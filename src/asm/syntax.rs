@@ -186,11 +186,20 @@ pub fn split_comment(line: &str) -> (&str, &str) {
 pub struct Cursor<'a> {
     pub line: &'a str,
     pub rest: &'a str,
+    /// How many values [`Cursor::value`] is inside (lists, calls, `name=value`), so that it
+    /// can refuse [`MAX_NESTING`] levels instead of overflowing the stack.
+    depth: usize,
 }
+
+/// The deepest a value may nest: `[[...]]`, `fill(fill(...))` and `a=b=...` together. A
+/// constant of the highest rank (8) needs 9 levels; the parser recurses once per level, and so
+/// do the stages after it, so about 10,000 levels overflowed the stack (an abort, and through
+/// the C ABI a crash of the host).
+pub const MAX_NESTING: usize = 64;
 
 impl<'a> Cursor<'a> {
     pub fn new(line: &'a str) -> Cursor<'a> {
-        Cursor { line, rest: line }
+        Cursor { line, rest: line, depth: 0 }
     }
 
     pub fn pos(&self) -> usize {
@@ -382,9 +391,26 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// One generic value (see [`ArgNode`]).
+    /// One generic value (see [`ArgNode`]), nested at most [`MAX_NESTING`] deep.
     pub fn value(&mut self) -> Result<Arg<'a>, Diag> {
         self.ws();
+        if self.depth >= MAX_NESTING {
+            let start = self.pos();
+            let end = start + self.peek().map_or(0, char::len_utf8);
+            return Err(Diag::other(
+                "value nested too deeply",
+                format!("more than {MAX_NESTING} levels of `[...]`, `name(...)` and `name=value`"),
+                start..end,
+            ));
+        }
+        self.depth += 1;
+        let value = self.value_unbounded();
+        self.depth -= 1;
+        value
+    }
+
+    /// [`Cursor::value`] without the depth check; only `value` calls it.
+    fn value_unbounded(&mut self) -> Result<Arg<'a>, Diag> {
         let start = self.pos();
         let node = match self.peek() {
             Some('%') => {

@@ -184,7 +184,37 @@ pub fn check_module(
             _ => None,
         })
         .collect();
+    // Last, after the checks above whose messages say more about a dispatch's own mistakes:
+    // the whole module against SPIR-V's and Vulkan's rules.
+    validate(words)?;
     Ok(KernelInfo { written, local_size, push_bytes: push_bytes as u32, capabilities })
+}
+
+/// The Vulkan version whose rules a module is validated against: the newest adeadvm asks for
+/// (`exec::vulkan::device` caps the instance at 1.3), which accepts SPIR-V 1.0 to 1.6.
+const VALIDATION_ENV: spirv_tools::TargetEnv = spirv_tools::TargetEnv::Vulkan_1_3;
+
+/// Runs SPIRV-Tools' validator (what `spirv-val --target-env vulkan1.3` runs) over the module.
+/// The checks above read only the interface; a module that passes them can still hold, say, an
+/// OpFMul whose result is a struct or an id defined twice, and Vulkan drivers do not validate:
+/// lavapipe crashed the process building a pipeline from such modules. So no module reaches a
+/// driver unless the validator accepts it.
+pub(crate) fn validate(words: &[u32]) -> Result<(), String> {
+    use spirv_tools::val::Validator;
+    let validator = spirv_tools::val::create(Some(VALIDATION_ENV));
+    validator.validate(words, None).map_err(|e| match e.diagnostic {
+        Some(d) => {
+            // The reason, and in the notes the offending instruction as disassembled.
+            let message = d.message.trim().trim_end_matches('.');
+            match d.notes.lines().map(str::trim).find(|l| !l.is_empty()) {
+                Some(instruction) => {
+                    format!("is not valid SPIR-V: `{instruction}`: {message} (SPIRV-Tools validator)")
+                }
+                None => format!("is not valid SPIR-V: {message} (SPIRV-Tools validator)"),
+            }
+        }
+        None => format!("is not valid SPIR-V: the SPIRV-Tools validator refused it ({:?})", e.inner),
+    })
 }
 
 struct Facts<'a> {

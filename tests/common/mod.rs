@@ -220,3 +220,55 @@ pub fn data(name: &str) -> HostTensor {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/data").join(name);
     adeadvm::npy::read(&path, None).unwrap()
 }
+
+/// MATMUL where M, N or K is 0, with a bias and an activation (issue 34: N = 0 divided by zero
+/// in the CPU epilogue), on `config`. `y = relu(a @ b + bias)` and `z = gelu(a @ b)` over
+/// `[M, K] x [K, N]`, with N bound from the inputs and, in a second program, written as 0. An
+/// empty product gives an empty output of shape [M, N]; K = 0 gives a product of zeros, so
+/// `y = relu(bias)` and `z = gelu(0) = 0`.
+pub fn check_matmul_with_an_empty_side(config: &VmConfig, what: &str) {
+    let program = |n: &str| {
+        build(&format!(
+            ".dim M, K, N
+.input %a f32[M, K]
+.input %b f32[K, {n}]
+.input %bias f32[{n}]
+.output y f32[M, {n}]
+.output z f32[M, {n}]
+    ALLOC %p: f32[M, {n}]
+    MATMUL %p, %a, %b, bias=%bias, act=relu
+    STORE y, %p
+    MATMUL %p, %a, %b, act=gelu
+    STORE z, %p
+    FREE %p
+    HALT
+"
+        ))
+    };
+    let bound_n = program("N");
+    let fixed_n = program("0");
+    let bias_values = [1.0f32, -2.0, 0.5, 3.0, -0.25];
+    // (M, K, N): N = 0 with and without rows and depth; M = 0; K = 0.
+    for (m, k, n) in [(3, 4, 0), (0, 4, 0), (0, 0, 0), (3, 0, 0), (0, 4, 5), (3, 0, 5)] {
+        let a: Vec<f32> = (0..m * k).map(|i| i as f32 + 1.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| 0.5 - i as f32).collect();
+        let inputs = [
+            ("a", HostTensor::from_f32(vec![m, k], &a).unwrap()),
+            ("b", HostTensor::from_f32(vec![k, n], &b).unwrap()),
+            ("bias", HostTensor::from_f32(vec![n], &bias_values[..n]).unwrap()),
+        ];
+        let mut programs = vec![("N bound from the inputs", &bound_n)];
+        if n == 0 {
+            programs.push(("N written as 0", &fixed_n));
+        }
+        for (how, program) in programs {
+            let case = format!("{what}: M = {m}, K = {k}, N = {n} ({how})");
+            let outs = run_with(program, &inputs, config.clone()).unwrap_or_else(|e| panic!("{case}: {e}"));
+            let (y, z) = (&outs["y"], &outs["z"]);
+            assert_eq!((&y.shape, &z.shape), (&vec![m, n], &vec![m, n]), "{case}");
+            let want_y: Vec<f32> = (0..m).flat_map(|_| bias_values[..n].iter().map(|v| v.max(0.0))).collect();
+            assert_eq!(y.to_f32().unwrap(), want_y, "{case}: y");
+            assert_eq!(z.to_f32().unwrap(), vec![0.0; m * n], "{case}: z");
+        }
+    }
+}

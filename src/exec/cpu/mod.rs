@@ -128,6 +128,11 @@ pub fn matmul(
     act: Act,
     out: &mut [f32],
 ) {
+    if out.is_empty() {
+        // M, N or a batch axis is 0: nothing to compute (and the epilogue's blocks are whole
+        // rows of N, so N = 0 would divide by zero there).
+        return;
+    }
     let exact = ctx.tier == Tier::Strict && crate::numerics::fma_chain_is_dot(operands);
     let gemm_ctx = if exact { Ctx { tier: Tier::Fast, ..*ctx } } else { *ctx };
     let r = g.out.len();
@@ -199,6 +204,9 @@ std::thread_local! {
 /// page-faulted allocation a call: GELU after MiniLM's 128×1536 MATMUL took 0.7 ms, 0.2 of
 /// it the GELU.)
 fn epilogue(ctx: &Ctx, n: usize, bias: Option<&[f32]>, op: Option<Unary>, out: &mut [f32]) {
+    if n == 0 {
+        return; // no columns, so no output (`matmul` does not call this then)
+    }
     let rows_per = (EPILOGUE_BLOCK / n).max(1);
     let inline = Ctx { pool: None, ..*ctx };
     let block = |o: &mut [f32]| {
