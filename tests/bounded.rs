@@ -7,13 +7,14 @@
 mod common;
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use adeadvm::api::{Config, Program, Session};
 use adeadvm::HostTensor;
 use common::vk::required;
+use common::{listing, root};
 
 /// How long any command here may take before the watchdog kills it and the test fails (a
 /// hang is the bug several of these cases guard against).
@@ -56,20 +57,6 @@ fn adeadvm(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> (Option<i32>, Str
         std::thread::sleep(Duration::from_millis(20));
     };
     (status.code(), out.join().unwrap(), err.join().unwrap())
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The files in `dir`, sorted (temporary files of a failed write would show up here).
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 fn mkfifo(path: &Path) {

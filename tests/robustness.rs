@@ -25,20 +25,6 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The files in `dir`, sorted (temporary files of a failed write would show up here).
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 /// Whether the Vulkan tests can run here; with ADEADVM_REQUIRE_VULKAN=1 (CI) they must.
 fn vulkan() -> bool {
     match adeadvm::vm::shared_device() {

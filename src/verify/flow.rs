@@ -255,56 +255,57 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo], sink: &mu
     // Interference: a temporary interferes with everything allocated when it is allocated.
     // (Two temporaries allocated together at a point were, on the path there, allocated one
     // after the other, and the later ALLOC saw the earlier one.)
-    // First count the pairs, so a program over the limit is refused before anything is built.
-    let mut pair_count = 0usize;
-    for b in 0..n {
-        let Some(start) = entry[b].as_deref() else { continue };
-        let mut live = start.alloc.clone();
-        for (i, ins) in code.iter().enumerate().take(block_end[b]).skip(b) {
-            match ins.insn {
-                Insn::Alloc { t } => {
-                    pair_count += live.len();
-                    if pair_count > MAX_INTERFERENCE_PAIRS {
-                        sink.push(f.err(
-                            i,
-                            format!(
-                                "allocating {} here, with {} temporaries already allocated, makes more than \
-                                 {MAX_INTERFERENCE_PAIRS} pairs of temporaries allocated at the same time in the \
-                                 program (the memory planner's limit); free temporaries sooner",
-                                f.cx.name(t),
-                                live.len()
-                            ),
-                        ));
-                        return None;
+    // The temporaries allocated at each ALLOC, walked once per pass: first to count the pairs, so
+    // a program over the limit is refused before anything is built, then to build them.
+    let walk_allocs = |on_alloc: &mut OnAlloc<'_>| {
+        for b in 0..n {
+            let Some(start) = entry[b].as_deref() else { continue };
+            let mut live = start.alloc.clone();
+            for (i, ins) in code.iter().enumerate().take(block_end[b]).skip(b) {
+                match ins.insn {
+                    Insn::Alloc { t } => {
+                        if !on_alloc(i, t, &live) {
+                            return false;
+                        }
+                        live.insert(t.0, i);
                     }
-                    live.insert(t.0, i);
+                    Insn::Free { t } => {
+                        live.remove(&t.0);
+                    }
+                    _ => {}
                 }
-                Insn::Free { t } => {
-                    live.remove(&t.0);
-                }
-                _ => {}
             }
         }
+        true
+    };
+    let mut pair_count = 0usize;
+    let within_limit = walk_allocs(&mut |i, t, live| {
+        pair_count += live.len();
+        if pair_count <= MAX_INTERFERENCE_PAIRS {
+            return true;
+        }
+        sink.push(f.err(
+            i,
+            format!(
+                "allocating {} here, with {} temporaries already allocated, makes more than \
+                 {MAX_INTERFERENCE_PAIRS} pairs of temporaries allocated at the same time in the \
+                 program (the memory planner's limit); free temporaries sooner",
+                f.cx.name(t),
+                live.len()
+            ),
+        ));
+        false
+    });
+    if !within_limit {
+        return None;
     }
     let mut pairs: Vec<(u16, u16)> = Vec::with_capacity(2 * pair_count);
     let mut first_alloc: HashMap<u16, usize> = HashMap::new();
-    for b in 0..n {
-        let Some(start) = entry[b].as_deref() else { continue };
-        let mut live = start.alloc.clone();
-        for (i, ins) in code.iter().enumerate().take(block_end[b]).skip(b) {
-            match ins.insn {
-                Insn::Alloc { t } => {
-                    first_alloc.entry(t.0).and_modify(|at| *at = (*at).min(i)).or_insert(i);
-                    pairs.extend(live.keys().flat_map(|&u| [(t.0, u), (u, t.0)]));
-                    live.insert(t.0, i);
-                }
-                Insn::Free { t } => {
-                    live.remove(&t.0);
-                }
-                _ => {}
-            }
-        }
-    }
+    walk_allocs(&mut |i, t, live| {
+        first_alloc.entry(t.0).and_modify(|at| *at = (*at).min(i)).or_insert(i);
+        pairs.extend(live.keys().flat_map(|&u| [(t.0, u), (u, t.0)]));
+        true
+    });
     pairs.sort_unstable();
     pairs.dedup();
     let mut interference: Vec<Vec<TensorId>> = vec![Vec::new(); cx.p.tensors.len()];
@@ -323,6 +324,10 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo], sink: &mu
     }
     Some(FlowFacts { reachable, interference, alloc_order: f.order(&fa), first_alloc: firsts })
 }
+
+/// Called at each ALLOC with its index, its temporary and the temporaries allocated there (by
+/// first ALLOC index); false stops the walk.
+type OnAlloc<'a> = dyn FnMut(usize, TensorId, &OrdMap<u16, usize>) -> bool + 'a;
 
 impl Flow<'_, '_> {
     fn mnemonic(&self, i: usize) -> Option<&'static str> {

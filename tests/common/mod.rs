@@ -272,3 +272,18 @@ pub fn check_matmul_with_an_empty_side(config: &VmConfig, what: &str) {
         }
     }
 }
+
+/// The repository root.
+pub fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The files in `dir`, sorted (temporary files of a failed write would show up here).
+pub fn listing(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
