@@ -144,6 +144,7 @@ impl GenerationProgram {
                     let b = p.data.get(offset as usize..offset as usize + 4)?;
                     i32::from_le_bytes([b[0], b[1], b[2], b[3]])
                 }
+                ConstData::Blocks { .. } => return None,
             };
             (t.dtype == DType::I32).then_some(v.max(0) as usize)
         };

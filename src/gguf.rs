@@ -32,7 +32,8 @@
 //! Dims: GGUF lists them fastest-varying first (`ne[0]` is the row length), so a tensor with
 //! `dims = [576, 49152]` is the row-major array `[49152, 576]` ([`TensorInfo::shape`]).
 //!
-//! Dequantization follows ggml's definitions (ggml-quants.c), written once in [`dequantize`]:
+//! Dequantization follows ggml's definitions (ggml-quants.c); the block formats are written once
+//! in [`crate::numerics::quant`], used by [`dequantize`]:
 //! - Q8_0: blocks of 32 elements, 34 bytes: f16 scale `d`, then 32 i8 `q`; value `d * q`. The
 //!   product of an 11-bit and an 8-bit significand is exact in f32.
 //! - Q4_1: blocks of 32 elements, 20 bytes: f16 `d`, f16 `m`, 16 bytes; byte `j` holds element `j`
@@ -52,6 +53,8 @@ use std::fmt;
 use std::path::Path;
 
 use half::{bf16, f16};
+
+use crate::isa::BlockFormat;
 
 /// Errors reading a GGUF file or dequantizing one of its tensors.
 #[derive(Debug, thiserror::Error)]
@@ -338,6 +341,17 @@ ggml_types! {
     TQ1_0 = 34, "TQ1_0", 256, 54;
     TQ2_0 = 35, "TQ2_0", 256, 66;
     MXFP4 = 39, "MXFP4", 32, 17;
+}
+
+impl GgmlType {
+    /// The VM's block format of the same layout, for the types a constant may keep as stored.
+    pub fn block_format(self) -> Option<BlockFormat> {
+        match self {
+            GgmlType::Q8_0 => Some(BlockFormat::Q8_0),
+            GgmlType::Q4_1 => Some(BlockFormat::Q4_1),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for GgmlType {
@@ -762,27 +776,14 @@ pub fn dequantize(ty: GgmlType, data: &[u8], emit: &mut dyn FnMut(f32)) -> Resul
         GgmlType::BF16 => data
             .chunks_exact(2)
             .for_each(|b| emit(bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())),
-        GgmlType::Q8_0 => {
-            for b in data.chunks_exact(34) {
-                let d = f16_at(b, 0);
-                for &q in &b[2..34] {
-                    emit(d * (q as i8) as f32);
-                }
+        other => {
+            let Some(format) = other.block_format() else { return Err(other) };
+            let mut values = [0.0f32; BlockFormat::BLOCK_ELEMS];
+            for b in data.chunks_exact(format.block_bytes()) {
+                crate::numerics::quant::dequantize_block(format, b, &mut values);
+                values.iter().for_each(|&v| emit(v));
             }
         }
-        GgmlType::Q4_1 => {
-            for b in data.chunks_exact(20) {
-                let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-                let qs = &b[4..20];
-                for &q in qs {
-                    emit(d * (q & 0x0f) as f32 + m);
-                }
-                for &q in qs {
-                    emit(d * (q >> 4) as f32 + m);
-                }
-            }
-        }
-        other => return Err(other),
     }
     Ok(())
 }

@@ -387,7 +387,16 @@ fn strict_f16_matmul_on_the_fma_kernel_is_the_reference() {
         reference::matmul(&g, &a, &b, Some((&bias, &bias_shape)), act, &mut want);
         for ctx in contexts(Tier::Strict) {
             let mut got = vec![f32::from_bits(0x7fbd_dead); m * n];
-            matmul(&ctx, &g, DType::F16, &a, &b, Some((&bias, &bias_shape)), act, &mut got);
+            matmul(
+                &ctx,
+                &g,
+                DType::F16,
+                &a,
+                adeadvm::exec::cpu::MatB::F32(&b),
+                Some((&bias, &bias_shape)),
+                act,
+                &mut got,
+            );
             assert!(
                 bits(&got) == bits(&want),
                 "{g:?} at {:?} on {} threads: first difference {:?}",
@@ -401,7 +410,7 @@ fn strict_f16_matmul_on_the_fma_kernel_is_the_reference() {
         reference::matmul(&g, &a, &b, None, Act::None, &mut want);
         for ctx in contexts(Tier::Strict).into_iter().filter(|c| c.level >= SimdLevel::Avx2) {
             let mut got = vec![0.0f32; m * n];
-            matmul(&ctx, &g, DType::F16, &a, &b, None, Act::None, &mut got);
+            matmul(&ctx, &g, DType::F16, &a, adeadvm::exec::cpu::MatB::F32(&b), None, Act::None, &mut got);
             assert!(
                 bits(&got) != bits(&want),
                 "{g:?} at {:?}: the control agreed with the reference",
@@ -429,7 +438,7 @@ fn strict_matmul_epilogue_over_many_blocks_is_the_reference() {
         reference::matmul(&g, &a, &b, bias, act, &mut want);
         for ctx in contexts(Tier::Strict) {
             let mut got = vec![f32::from_bits(0x7fbd_dead); m * n];
-            matmul(&ctx, &g, DType::F32, &a, &b, bias, act, &mut got);
+            matmul(&ctx, &g, DType::F32, &a, adeadvm::exec::cpu::MatB::F32(&b), bias, act, &mut got);
             assert!(
                 bits(&got) == bits(&want),
                 "bias {with_bias}, {act:?} at {:?} on {} threads: first difference {:?}",

@@ -105,6 +105,7 @@ fn weight(program: &Program, name: &str) -> Vec<f64> {
             assert_eq!(bytes.len(), 4 * count, "{name}: byte count");
             bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64).collect()
         }
+        ConstData::Blocks { format, .. } => panic!("{name}: the example programs keep no {format} constants"),
     }
 }
 

@@ -13,8 +13,8 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use super::consts::{
-    arg_text, gguf_meta_text, gguf_vocab, int_arg, materialize, parse_elem, parse_f32, ConstTarget,
-    ConstValue, FileCache,
+    arg_text, gguf_meta_text, gguf_vocab, int_arg, materialize, materialize_blocks, parse_elem, parse_f32,
+    ConstTarget, ConstValue, FileCache,
 };
 use super::error::{suggest, AsmError, AsmErrorKind, AsmErrors};
 use super::syntax::{parse_line, split_comment, Arg, ArgNode, Cursor, Diag, DimAst, Sp, Span, Stmt, TypeAst};
@@ -24,8 +24,9 @@ use crate::format::{
     DATA_ALIGN,
 };
 use crate::isa::{
-    Act, DType, Dim, Dist, Insn, Instruction, KernelId, OpInfo, Opcode, Operand, OperandKind, OutputId, Perm,
-    Placement, Reg, Shape, SymId, Target, TensorId, Tier, MAX_DIM, MAX_RANK, NUM_REGS, OP_INFO,
+    Act, BlockFormat, DType, Dim, Dist, Insn, Instruction, KernelId, OpInfo, Opcode, Operand, OperandKind,
+    OutputId, Perm, Placement, Reg, Shape, SymId, Target, TensorId, Tier, MAX_DIM, MAX_RANK, NUM_REGS,
+    OP_INFO,
 };
 
 /// Directive names, for suggestions.
@@ -871,8 +872,21 @@ impl<'o> Assembler<'o> {
 
     fn resolve_shape(&mut self, ty: &TypeAst, concrete: bool) -> Result<(DType, Shape), Diag> {
         let dtype = DType::from_name(ty.dtype.node).ok_or_else(|| {
-            Diag::new(AsmErrorKind::BadDtype { name: ty.dtype.node.into() }, ty.dtype.span.clone())
+            let d = Diag::new(AsmErrorKind::BadDtype { name: ty.dtype.node.into() }, ty.dtype.span.clone());
+            if BlockFormat::from_name(ty.dtype.node).is_some() {
+                d.note(format!(
+                    "`{}` is a storage type for constants only: `.const %w {}[N, K] = gguf(...)`",
+                    ty.dtype.node, ty.dtype.node
+                ))
+            } else {
+                d
+            }
         })?;
+        Ok((dtype, self.resolve_dims(ty, concrete)?))
+    }
+
+    /// The shape of a declared type (its dimensions, symbols added to the table as met).
+    fn resolve_dims(&mut self, ty: &TypeAst, concrete: bool) -> Result<Shape, Diag> {
         if ty.dims.len() > MAX_RANK {
             return Err(Diag::new(
                 AsmErrorKind::BadShape(format!("rank {} exceeds the maximum of {MAX_RANK}", ty.dims.len())),
@@ -926,7 +940,7 @@ impl<'o> Assembler<'o> {
             }
         }
         self.syms.extend(new_syms);
-        Ok((dtype, shape))
+        Ok(shape)
     }
 
     fn check_new_tensor(&self, name: &str, span: &Span) -> Result<(), Diag> {
@@ -1086,7 +1100,12 @@ impl<'o> Assembler<'o> {
                 c.expect('=', "`=` and the constant's value")?;
                 let value = c.value()?;
                 c.end()?;
-                let (dtype, shape) = self.resolve_shape(&ty, true)?;
+                // A block-quantized constant (`q8_0`, `q4_1`) holds f32 values.
+                let blocks = BlockFormat::from_name(ty.dtype.node);
+                let (dtype, shape) = match blocks {
+                    Some(_) => (DType::F32, self.resolve_dims(&ty, true)?),
+                    None => self.resolve_shape(&ty, true)?,
+                };
                 let dims: Vec<u32> =
                     shape.iter().map(|d| if let Dim::Const(n) = d { *n } else { 0 }).collect();
                 let offset = self.data.len().next_multiple_of(DATA_ALIGN);
@@ -1098,7 +1117,11 @@ impl<'o> Assembler<'o> {
                     files: &self.files,
                     data_used: offset as u64,
                 };
-                let data = match materialize(&target, &value)? {
+                let stored = match blocks {
+                    Some(format) => materialize_blocks(&target, format, &value)?,
+                    None => materialize(&target, &value)?,
+                };
+                let data = match stored {
                     ConstValue::Splat(bits) => ConstData::Splat(bits),
                     ConstValue::Bytes(b) => {
                         // `materialize` kept the total within MAX_DATA_BYTES; the memory for it
@@ -1116,7 +1139,11 @@ impl<'o> Assembler<'o> {
                         }
                         self.data.resize(offset, 0);
                         self.data.extend_from_slice(&b);
-                        ConstData::Bytes { offset: offset as u64, len: b.len() as u64 }
+                        let (offset, len) = (offset as u64, b.len() as u64);
+                        match blocks {
+                            Some(format) => ConstData::Blocks { format, offset, len },
+                            None => ConstData::Bytes { offset, len },
+                        }
                     }
                 };
                 self.push_tensor(

@@ -12,6 +12,7 @@ use half::{bf16, f16};
 use super::error::{closest, AsmErrorKind};
 use super::syntax::{Arg, ArgNode, Diag, Span};
 use crate::gguf::GgufFile;
+use crate::isa::BlockFormat;
 use crate::isa::DType;
 use crate::numerics::{f32_to_bf16_bits, f32_to_f16_bits};
 use crate::rand::{philox_normal, philox_uniform};
@@ -709,6 +710,43 @@ fn open_gguf(files: &FileCache, base: &Path, path: &str, span: Span) -> Result<R
     Ok(file)
 }
 
+/// The tensor `name` of a GGUF file, or an error naming the closest names it has.
+fn gguf_tensor<'f>(
+    file: &'f GgufFile,
+    path: &str,
+    name: &str,
+    name_span: Span,
+) -> Result<crate::gguf::Tensor<'f>, Diag> {
+    file.tensor(name).ok_or_else(|| {
+        let near = closest(name, file.tensors().iter().map(|t| t.name.as_str()), 3);
+        let mut d =
+            Diag::other(format!("`{path}` has no tensor named `{name}`"), "not in the file", name_span);
+        if !near.is_empty() {
+            let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
+            d = d.note(format!("closest names in the file: {}", list.join(", ")));
+        }
+        d
+    })
+}
+
+/// The GGUF tensor has the declared shape.
+fn check_gguf_shape(
+    t: &ConstTarget,
+    path: &str,
+    name: &str,
+    tensor: &crate::gguf::Tensor,
+    name_span: Span,
+) -> Result<(), Diag> {
+    let shape = tensor.shape();
+    if shape.len() != t.dims.len() || shape.iter().zip(t.dims).any(|(&a, &b)| a != b as u64) {
+        return Err(shape_mismatch(t, &format!("{path}: {name}"), &shape, name_span).note(format!(
+            "GGUF lists dims fastest first ({:?}); the row-major shape is that list reversed",
+            tensor.info.dims
+        )));
+    }
+    Ok(())
+}
+
 fn load_gguf(
     t: &ConstTarget,
     path: &str,
@@ -717,23 +755,8 @@ fn load_gguf(
     name_span: Span,
 ) -> Result<ConstValue, Diag> {
     let file = open_gguf(t.files, t.base_dir, path, span)?;
-    let Some(tensor) = file.tensor(name) else {
-        let near = closest(name, file.tensors().iter().map(|t| t.name.as_str()), 3);
-        let mut d =
-            Diag::other(format!("`{path}` has no tensor named `{name}`"), "not in the file", name_span);
-        if !near.is_empty() {
-            let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
-            d = d.note(format!("closest names in the file: {}", list.join(", ")));
-        }
-        return Err(d);
-    };
-    let shape = tensor.shape();
-    if shape.len() != t.dims.len() || shape.iter().zip(t.dims).any(|(&a, &b)| a != b as u64) {
-        return Err(shape_mismatch(t, &format!("{path}: {name}"), &shape, name_span).note(format!(
-            "GGUF lists dims fastest first ({:?}); the row-major shape is that list reversed",
-            tensor.info.dims
-        )));
-    }
+    let tensor = gguf_tensor(&file, path, name, name_span.clone())?;
+    check_gguf_shape(t, path, name, &tensor, name_span.clone())?;
     let ty = tensor.info.ggml_type;
     if !t.dtype.is_float() || !crate::gguf::can_dequantize(ty) {
         return Err(Diag::new(
@@ -761,6 +784,86 @@ fn load_gguf(
     // The type was checked above: this cannot fail.
     let _ = crate::gguf::dequantize(ty, tensor.data, &mut emit);
     Ok(ConstValue::Bytes(out))
+}
+
+/// The value of a block-quantized constant (`.const %w q4_1[N, K] = ...`): its blocks as
+/// stored, from `gguf("path", "tensor")` (a tensor of exactly that ggml type and shape: never
+/// re-encoded) or `blocks("hex")` (the raw block bytes). The last dimension must be whole
+/// blocks of 32.
+pub fn materialize_blocks(t: &ConstTarget, format: BlockFormat, value: &Arg) -> Result<ConstValue, Diag> {
+    let declared = format!("{format}{:?}", t.dims);
+    let row = t.dims.last().copied().unwrap_or(1);
+    if t.dims.is_empty() || !(row as usize).is_multiple_of(BlockFormat::BLOCK_ELEMS) {
+        return Err(Diag::other(
+            format!(
+                "`%{}` is {declared}, but a {format} constant's rows must be whole blocks of 32 values",
+                t.name
+            ),
+            "in the value for this declaration",
+            value.span.clone(),
+        )
+        .note("declare it with a last dimension that is a multiple of 32, or as f32 to store the values"));
+    }
+    let bytes = format.byte_len(t.count()).unwrap_or(u64::MAX);
+    if bytes > MAX_DATA_BYTES.saturating_sub(t.data_used) {
+        return Err(Diag::other(
+            format!("constant `%{}` does not fit in the program's data section ({bytes} bytes)", t.name),
+            format!("at most {MAX_DATA_BYTES} bytes in all"),
+            value.span.clone(),
+        ));
+    }
+    let expected = format!("`gguf(\"path\", \"tensor\")` or `blocks(\"hex\")` ({format} blocks as stored)");
+    let ArgNode::Call { name, args } = &value.node else {
+        return Err(wrong_value(value, &expected));
+    };
+    match (name.node, args.as_slice()) {
+        ("gguf", [p, tname]) => {
+            let (path, span) = path_arg(p)?;
+            let ArgNode::Str(tname_text) = &tname.node else {
+                return Err(wrong_value(tname, "the tensor's name as a string"));
+            };
+            let file = open_gguf(t.files, t.base_dir, &path, span)?;
+            let tensor = gguf_tensor(&file, &path, tname_text, tname.span.clone())?;
+            check_gguf_shape(t, &path, tname_text, &tensor, tname.span.clone())?;
+            let ty = tensor.info.ggml_type;
+            if ty.block_format() != Some(format) {
+                return Err(Diag::new(
+                    AsmErrorKind::FileMismatch(format!(
+                        "`{path}`: tensor `{tname_text}` is {ty}, but `%{}` is declared {declared}",
+                        t.name
+                    )),
+                    tname.span.clone(),
+                )
+                .note(format!(
+                    "a {format} constant keeps the file's blocks as they are (never re-encoded); declare it as {} or as f32 (dequantized)",
+                    ty.block_format().map_or("f32".to_string(), |f| f.name().to_string())
+                )));
+            }
+            let mut out = alloc_bytes(t, bytes, tname.span.clone())?;
+            out.extend_from_slice(tensor.data);
+            Ok(ConstValue::Bytes(out))
+        }
+        ("blocks", [hex]) => {
+            let ArgNode::Str(text) = &hex.node else {
+                return Err(wrong_value(hex, "the blocks' bytes as a hex string"));
+            };
+            let out = hex_bytes(text, hex.span.clone())?;
+            if out.len() as u64 != bytes {
+                return Err(Diag::other(
+                    format!(
+                        "`%{}` is {declared}, which takes {bytes} bytes of {format} blocks, but `blocks(...)` gives {}",
+                        t.name,
+                        out.len()
+                    ),
+                    "wrong length",
+                    hex.span.clone(),
+                )
+                .note(format!("a {format} block is {} bytes for 32 values", format.block_bytes())));
+            }
+            Ok(ConstValue::Bytes(out))
+        }
+        _ => Err(wrong_value(value, &expected)),
+    }
 }
 
 /// The text of `gguf_meta("path", "key")` (the value of a `.define`): integers in decimal,
@@ -798,6 +901,16 @@ pub fn gguf_vocab(files: &FileCache, base: &Path, value: &Arg) -> Result<Vec<u8>
 }
 
 /// `.vocab hex("...")`: the vocabulary file's bytes as hex digits (the disassembler's inline form).
+/// The bytes written as hex digits (two a byte) in `hex(...)` or `blocks(...)`.
+fn hex_bytes(text: &str, span: Span) -> Result<Vec<u8>, Diag> {
+    let digits = text.as_bytes();
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    if !digits.len().is_multiple_of(2) || digits.iter().any(|&c| nibble(c).is_none()) {
+        return Err(Diag::other("hex bytes take an even number of hex digits", "not hex bytes", span));
+    }
+    Ok(digits.chunks_exact(2).filter_map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?)).collect())
+}
+
 fn vocab_hex(value: &Arg, args: &[Arg]) -> Result<Vec<u8>, Diag> {
     let [Arg { node: ArgNode::Str(text), span }] = args else {
         return Err(Diag::other(
@@ -806,17 +919,7 @@ fn vocab_hex(value: &Arg, args: &[Arg]) -> Result<Vec<u8>, Diag> {
             value.span.clone(),
         ));
     };
-    let digits = text.as_bytes();
-    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    if digits.len() % 2 != 0 || digits.iter().any(|&c| nibble(c).is_none()) {
-        return Err(Diag::other(
-            "`hex(...)` takes an even number of hex digits",
-            "not hex bytes",
-            span.clone(),
-        ));
-    }
-    let bytes: Vec<u8> =
-        digits.chunks_exact(2).filter_map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?)).collect();
+    let bytes = hex_bytes(text, span.clone())?;
     let small = crate::gguf::GgufFile::from_bytes(bytes.clone()).map_err(|e| {
         Diag::other(format!("the vocabulary is not a GGUF file: {e}"), "in these bytes", span.clone())
     })?;

@@ -30,7 +30,7 @@ use half::{bf16, f16};
 use thiserror::Error;
 
 use crate::format::{is_identifier, ConstData, Program, TensorKind};
-use crate::isa::{DType, DecodeError, Dim, Instruction, Operand};
+use crate::isa::{BlockFormat, DType, DecodeError, Dim, Instruction, Operand};
 
 /// Constants with at most this many elements are written inline.
 pub const INLINE_MAX: u64 = 64;
@@ -255,6 +255,27 @@ impl Dis<'_> {
                     format!("fill({})", elem_text(bits, dtype))
                 })
             }
+            ConstData::Blocks { format, .. } => {
+                let bytes = self
+                    .p
+                    .const_bytes(data)
+                    .ok_or_else(|| bad("data lies outside the data section".into()))?;
+                let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+                match &self.opts.data_dir {
+                    Some(dir) if bytes.len() > INLINE_MAX as usize => {
+                        // A GGUF file of this one tensor, which `gguf(...)` reads back as is.
+                        let file = dir.join(format!("{name}.gguf"));
+                        write_gguf(&file, name, format, shape, bytes)?;
+                        Ok(format!("gguf({}, {})", quote(&relative(&file, &self.opts.asm_dir)), quote(name)))
+                    }
+                    None if self.opts.summarize_large && bytes.len() > INLINE_MAX as usize => Ok(format!(
+                        "blocks(\"{}...\")  ; {} bytes of {format} blocks, {SUMMARY_NOTE}",
+                        hex(&bytes[..SUMMARY_SHOWN.min(bytes.len())]),
+                        bytes.len()
+                    )),
+                    _ => Ok(format!("blocks(\"{}\")", hex(bytes))),
+                }
+            }
             ConstData::Bytes { .. } => {
                 let mut n: u64 = 1;
                 for d in shape {
@@ -339,7 +360,11 @@ impl Dis<'_> {
             let _ = writeln!(out, ".dim {}", p.syms.join(", "));
         }
         for t in &p.tensors {
-            let ty = format!("{}{}", t.dtype, self.shape(&t.shape, &t.name)?);
+            let element = match t.kind {
+                TensorKind::Const(ConstData::Blocks { format, .. }) => format.name(),
+                _ => t.dtype.name(),
+            };
+            let ty = format!("{element}{}", self.shape(&t.shape, &t.name)?);
             let _ = match t.kind {
                 TensorKind::Input => writeln!(out, ".input %{} {ty}", t.name),
                 TensorKind::Temp => writeln!(out, ".tensor %{} {ty}", t.name),
@@ -501,6 +526,26 @@ fn write_npy(path: &Path, dtype: DType, shape: &[Dim], elems: &[u32]) -> Result<
         io(std::io::Error::new(std::io::ErrorKind::OutOfMemory, "cannot hold the constant's values"))
     })?;
     crate::output::write_atomically(path, &crate::npy::to_bytes(&tensor)).map_err(io)
+}
+
+/// Writes a GGUF file holding one tensor, `name`, of `format`'s blocks as they are stored.
+fn write_gguf(path: &Path, name: &str, format: BlockFormat, shape: &[Dim], blocks: &[u8]) -> Result<()> {
+    let io = |source: std::io::Error| DisasmError::Io { path: path.display().to_string(), source };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    // GGUF lists dims fastest first.
+    let dims: Vec<u64> =
+        shape.iter().rev().map(|d| if let Dim::Const(n) = d { *n as u64 } else { 0 }).collect();
+    let ty = match format {
+        BlockFormat::Q8_0 => crate::gguf::GgmlType::Q8_0,
+        BlockFormat::Q4_1 => crate::gguf::GgmlType::Q4_1,
+    };
+    let file = crate::gguf::build::file(
+        &[],
+        &[crate::gguf::build::T { name, dims: &dims, ty: ty.id(), data: blocks }],
+    );
+    crate::output::write_atomically(path, &file).map_err(io)
 }
 
 /// Writes `program` as canonical assembly.

@@ -32,14 +32,21 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::isa::{DType, Dim, InsnBytes, Shape, SymId, TensorId, Tier, INSN_BYTES, MAX_DIM, MAX_RANK};
+use crate::isa::{
+    BlockFormat, DType, Dim, InsnBytes, Shape, SymId, TensorId, Tier, INSN_BYTES, MAX_DIM, MAX_RANK,
+};
 
 /// First 8 bytes of every .bib file.
 pub const MAGIC: [u8; 8] = *b"ADEADVM\x1a";
 /// Format major version this build writes and reads.
 pub const VERSION_MAJOR: u16 = 1;
-/// Format minor version this build writes; files with a larger minor still load.
+/// Format minor version this build writes for programs without block-quantized constants;
+/// files with a larger minor still load.
 pub const VERSION_MINOR: u16 = 0;
+/// The minor version of a program that has block-quantized constants (tensor kind 4), which
+/// readers before it do not know. Other programs keep minor 0, so their bytes (and digests)
+/// are what they were.
+pub const VERSION_MINOR_BLOCKS: u16 = 1;
 /// Alignment of the data section and of every constant in it.
 pub const DATA_ALIGN: usize = 64;
 const HEADER_BYTES: usize = 64;
@@ -185,6 +192,9 @@ pub enum ConstData {
     Bytes { offset: u64, len: u64 },
     /// Every element has these bits (the low `dtype.size()` bytes, little-endian).
     Splat(u32),
+    /// `len` bytes at `offset` in the data section holding the f32 values block-quantized in
+    /// `format` (see [`BlockFormat`]); the tensor's dtype is f32.
+    Blocks { format: BlockFormat, offset: u64, len: u64 },
 }
 
 /// What a tensor-table entry is.
@@ -370,10 +380,12 @@ impl Program {
         Program::parse(Arc::new(Backing::Owned(bytes)))
     }
 
-    /// The values of a constant, or None if it is not a `Bytes` constant.
+    /// The stored bytes of a constant (its values, or its blocks), or None for a splat.
     pub fn const_bytes(&self, c: &ConstData) -> Option<&[u8]> {
         match *c {
-            ConstData::Bytes { offset, len } => self.data.get(offset as usize..(offset + len) as usize),
+            ConstData::Bytes { offset, len } | ConstData::Blocks { offset, len, .. } => {
+                self.data.get(offset as usize..(offset + len) as usize)
+            }
             ConstData::Splat(_) => None,
         }
     }
@@ -533,7 +545,15 @@ impl Program {
             let kind = match kind_byte {
                 0 => TensorKind::Temp,
                 1 => TensorKind::Input,
-                2 => {
+                2 | 4 => {
+                    let format = if kind_byte == 4 {
+                        let f = s.u8()?;
+                        Some(BlockFormat::from_u8(f).ok_or_else(|| {
+                            s.err(format!("constant {name:?} has unknown block format byte {f}"))
+                        })?)
+                    } else {
+                        None
+                    };
                     let offset = s.u64()?;
                     let len = s.u64()?;
                     let ok = offset % DATA_ALIGN as u64 == 0
@@ -544,7 +564,10 @@ impl Program {
                             blob.len()
                         )));
                     }
-                    TensorKind::Const(ConstData::Bytes { offset, len })
+                    TensorKind::Const(match format {
+                        Some(format) => ConstData::Blocks { format, offset, len },
+                        None => ConstData::Bytes { offset, len },
+                    })
                 }
                 3 => TensorKind::Const(ConstData::Splat(s.u32()?)),
                 k => return Err(s.err(format!("tensor {name:?} has unknown kind byte {k}"))),
@@ -649,6 +672,7 @@ impl Program {
                 TensorKind::Input => 1,
                 TensorKind::Const(ConstData::Bytes { .. }) => 2,
                 TensorKind::Const(ConstData::Splat(_)) => 3,
+                TensorKind::Const(ConstData::Blocks { .. }) => 4,
             };
             w.push(kind);
             put_dtype_shape(&mut w, t.dtype, &t.shape);
@@ -659,6 +683,11 @@ impl Program {
                     w.extend(len.to_le_bytes());
                 }
                 TensorKind::Const(ConstData::Splat(bits)) => put_u32(&mut w, bits),
+                TensorKind::Const(ConstData::Blocks { format, offset, len }) => {
+                    w.push(format as u8);
+                    w.extend(offset.to_le_bytes());
+                    w.extend(len.to_le_bytes());
+                }
                 _ => {}
             }
         }
@@ -730,7 +759,10 @@ impl Program {
         let total = (out.len() + DIGEST_BYTES) as u64;
         out[..8].copy_from_slice(&MAGIC);
         out[8..10].copy_from_slice(&VERSION_MAJOR.to_le_bytes());
-        out[10..12].copy_from_slice(&VERSION_MINOR.to_le_bytes());
+        let has_blocks =
+            self.tensors.iter().any(|t| matches!(t.kind, TensorKind::Const(ConstData::Blocks { .. })));
+        let minor = if has_blocks { VERSION_MINOR_BLOCKS } else { VERSION_MINOR };
+        out[10..12].copy_from_slice(&minor.to_le_bytes());
         out[12] = match self.tier {
             Tier::Strict => 0,
             Tier::Fast => 1,

@@ -450,6 +450,64 @@ impl fmt::Display for DType {
     }
 }
 
+/// How a block-quantized constant stores its values: ggml's layouts, byte for byte, so a GGUF
+/// tensor is kept without re-encoding. A constant stored this way has dtype f32: its values *are*
+/// the f32 numbers ggml's reference dequantization gives (`numerics::quant`), and an instruction
+/// that reads it computes exactly what it would on that dequantized f32 constant. Blocks run along
+/// the last axis (a row of `K` values is `K / 32` blocks), so `K` must be a multiple of 32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockFormat {
+    /// 34 bytes a block: f16 scale `d`, then 32 × i8 `q`; value `d · q`.
+    Q8_0 = 1,
+    /// 20 bytes a block: f16 `d`, f16 `m`, then 16 bytes whose low nibbles are elements 0..16
+    /// and high nibbles elements 16..32; value `d · q + m`.
+    Q4_1 = 2,
+}
+
+impl BlockFormat {
+    /// Every format, in encoding order.
+    pub const ALL: [BlockFormat; 2] = [BlockFormat::Q8_0, BlockFormat::Q4_1];
+    /// Values per block.
+    pub const BLOCK_ELEMS: usize = 32;
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            BlockFormat::Q8_0 => 34,
+            BlockFormat::Q4_1 => 20,
+        }
+    }
+    /// The assembly name (the type a `.const` declares): `q8_0`, `q4_1`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockFormat::Q8_0 => "q8_0",
+            BlockFormat::Q4_1 => "q4_1",
+        }
+    }
+    /// Parses the assembly name.
+    pub fn from_name(s: &str) -> Option<BlockFormat> {
+        BlockFormat::ALL.into_iter().find(|f| f.name() == s)
+    }
+    /// Decodes the byte value.
+    pub fn from_u8(v: u8) -> Option<BlockFormat> {
+        BlockFormat::ALL.into_iter().find(|f| *f as u8 == v)
+    }
+    /// Bytes that hold `elements` values, or None when `elements` is not whole blocks (or the
+    /// count overflows).
+    pub fn byte_len(self, elements: u64) -> Option<u64> {
+        if !elements.is_multiple_of(Self::BLOCK_ELEMS as u64) {
+            return None;
+        }
+        (elements / Self::BLOCK_ELEMS as u64).checked_mul(self.block_bytes() as u64)
+    }
+}
+
+impl fmt::Display for BlockFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Index into the program's table of symbolic dimension names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SymId(pub u16);

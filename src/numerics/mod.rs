@@ -26,6 +26,7 @@ pub mod accuracy;
 mod convert;
 mod div;
 mod ops;
+pub mod quant;
 mod reduce;
 mod transcendental;
 

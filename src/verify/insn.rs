@@ -3,7 +3,7 @@
 
 use super::shape::{broadcast, broadcasts_to, count, norm_axis};
 use super::{Ctx, Sink};
-use crate::format::{TensorDecl, TensorKind};
+use crate::format::{ConstData, TensorDecl, TensorKind};
 use crate::isa::{DType, Dim, Insn, Instruction, Opcode, Operand, Placement, TensorId, Tier};
 
 type R = Result<(), String>;
@@ -146,6 +146,29 @@ impl Check<'_, '_> {
                     ));
                 }
                 _ => {}
+            }
+        }
+
+        // Block-quantized constants are read by the two instructions that have kernels for them.
+        for t in insn.reads() {
+            let Some(TensorDecl { kind: TensorKind::Const(ConstData::Blocks { format, .. }), shape, .. }) =
+                self.cx.decl(t)
+            else {
+                continue;
+            };
+            let allowed = match *insn {
+                Insn::Matmul { b, tb, a, bias, .. } => {
+                    b == t && tb && a != t && bias != Some(t) && shape.len() == 2
+                }
+                Insn::Gather { table, indices, .. } => table == t && indices != t && shape.len() == 2,
+                _ => false,
+            };
+            if !allowed {
+                return Err(format!(
+                    "{} holds {format} blocks, which only MATMUL (as b, [N, K] with `tb`) and GATHER (as the \
+                     table, [rows, K]) can read; declare it f32 to use it here",
+                    self.role("constant", t)
+                ));
             }
         }
 

@@ -26,7 +26,7 @@ use std::fmt;
 
 use thiserror::Error;
 
-use crate::format::{digest_hex, OutputDecl, Program, TensorDecl, TensorKind};
+use crate::format::{digest_hex, ConstData, OutputDecl, Program, TensorDecl, TensorKind};
 use crate::isa::{shape_text, Dim, Instruction, KernelId, OutputId, TensorId};
 
 mod flow;
@@ -384,7 +384,13 @@ impl Ctx<'_> {
     /// `f32[B, 784]`.
     pub fn ty(&self, t: TensorId) -> String {
         match self.decl(t) {
-            Some(d) => format!("{}{}", d.dtype, self.shape(&d.shape)),
+            // A block-quantized constant shows its storage type (its values are f32).
+            Some(d) => match d.kind {
+                TensorKind::Const(ConstData::Blocks { format, .. }) => {
+                    format!("{format}{}", self.shape(&d.shape))
+                }
+                _ => format!("{}{}", d.dtype, self.shape(&d.shape)),
+            },
             None => "?".into(),
         }
     }

@@ -3,8 +3,10 @@
 use std::collections::{BTreeSet, HashSet};
 
 use super::{spirv, Ctx, KernelInfo, VerifyError};
-use crate::format::{is_identifier, ConstData, TensorKind, DATA_ALIGN};
-use crate::isa::{DType, Dim, KernelId, OutputId, SymId, TensorId, MAX_DIM, MAX_ELEMENTS, MAX_RANK};
+use crate::format::{is_identifier, ConstData, Program, TensorKind, DATA_ALIGN};
+use crate::isa::{
+    BlockFormat, DType, Dim, KernelId, OutputId, SymId, TensorId, MAX_DIM, MAX_ELEMENTS, MAX_RANK,
+};
 
 /// Checks the symbol, tensor and output tables.
 pub fn check_tables(cx: &Ctx) -> Result<(), VerifyError> {
@@ -89,18 +91,39 @@ pub fn check_tables(cx: &Ctx) -> Result<(), VerifyError> {
                                 t.dtype.size()
                             )));
                         }
-                        if offset % DATA_ALIGN as u64 != 0 {
+                        check_data_range(p, offset, len).map_err(err)?;
+                    }
+                    ConstData::Blocks { format, offset, len } => {
+                        if t.dtype != DType::F32 {
                             return Err(err(format!(
-                                "constant data offset {offset} is not a multiple of {DATA_ALIGN}"
+                                "constant {} {}{} stores {format} blocks, whose values are f32, so its dtype must be f32",
+                                t.name,
+                                t.dtype,
+                                cx.shape(&t.shape)
                             )));
                         }
-                        let fits = offset.checked_add(len).is_some_and(|e| e <= p.data.len() as u64);
-                        if !fits {
+                        let row = match t.shape.last() {
+                            Some(Dim::Const(k)) => *k as usize,
+                            _ => 0,
+                        };
+                        if t.shape.is_empty() || !row.is_multiple_of(BlockFormat::BLOCK_ELEMS) {
                             return Err(err(format!(
-                                "constant data {offset}+{len} lies outside the {}-byte data section",
-                                p.data.len()
+                                "constant {}{} stores {format} blocks along its last axis, which must be a nonzero rank and a multiple of 32 long",
+                                format,
+                                cx.shape(&t.shape)
                             )));
                         }
+                        let want = format.byte_len(elements);
+                        if want != Some(len) {
+                            return Err(err(format!(
+                                "constant {format}{} needs {} bytes ({} blocks of {} bytes) but its data is {len} bytes",
+                                cx.shape(&t.shape),
+                                want.map_or("more than 2^64".to_string(), |w| w.to_string()),
+                                elements / BlockFormat::BLOCK_ELEMS as u64,
+                                format.block_bytes()
+                            )));
+                        }
+                        check_data_range(p, offset, len).map_err(err)?;
                     }
                     ConstData::Splat(bits) => {
                         if t.dtype.size() == 2 && bits > 0xFFFF {
@@ -203,12 +226,22 @@ pub fn check_kernels(cx: &Ctx) -> Result<Vec<KernelInfo>, VerifyError> {
             )));
         };
         for (b, t) in k.bindings.iter().enumerate() {
-            if cx.decl(*t).is_none() {
-                return Err(err(format!(
-                    "binding {b} is tensor {}, out of range (the program has {} tensors)",
-                    t.0,
-                    p.tensors.len()
-                )));
+            match cx.decl(*t) {
+                None => {
+                    return Err(err(format!(
+                        "binding {b} is tensor {}, out of range (the program has {} tensors)",
+                        t.0,
+                        p.tensors.len()
+                    )))
+                }
+                Some(d) if matches!(d.kind, TensorKind::Const(ConstData::Blocks { .. })) => {
+                    return Err(err(format!(
+                        "binding {b} is {} ({}), a block-quantized constant, which a kernel cannot bind",
+                        cx.name(*t),
+                        cx.ty(*t)
+                    )))
+                }
+                Some(_) => {}
             }
         }
         if let Some(axis) = k.groups.iter().position(|&g| g == 0) {
@@ -237,4 +270,18 @@ pub fn check_kernels(cx: &Ctx) -> Result<Vec<KernelInfo>, VerifyError> {
         out.push(facts);
     }
     Ok(out)
+}
+
+/// A constant's stored bytes are aligned and inside the data section.
+fn check_data_range(p: &Program, offset: u64, len: u64) -> Result<(), String> {
+    if !offset.is_multiple_of(DATA_ALIGN as u64) {
+        return Err(format!("constant data offset {offset} is not a multiple of {DATA_ALIGN}"));
+    }
+    if offset.checked_add(len).is_none_or(|e| e > p.data.len() as u64) {
+        return Err(format!(
+            "constant data {offset}+{len} lies outside the {}-byte data section",
+            p.data.len()
+        ));
+    }
+    Ok(())
 }

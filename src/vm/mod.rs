@@ -220,6 +220,10 @@ impl Vm {
         let mut consts = Vec::with_capacity(p.tensors.len());
         for t in &p.tensors {
             consts.push(match t.kind {
+                // Blocks are read as bytes, so any address will do.
+                TensorKind::Const(ConstData::Blocks { offset, len, .. }) => {
+                    Some(ConstStore::Data(offset as usize..(offset + len) as usize))
+                }
                 TensorKind::Const(ConstData::Bytes { offset, len }) => {
                     let range = offset as usize..(offset + len) as usize;
                     let aligned = (p.data.as_ptr() as usize + range.start).is_multiple_of(t.dtype.size());
@@ -716,9 +720,18 @@ impl Vm {
                 let row = tshape[1..].iter().product::<usize>() * dt(dst).size();
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
                 let mut bad = None;
+                let blocks = block_format(p, table);
                 self.raw_op(p, f, dst, &[table, indices], |out, ins| {
                     let idx: Cow<[i32]> = cast_or_copy(ins[1]);
-                    bad = r::gather(ins[0], rows, row, &idx, out).err();
+                    bad = match blocks {
+                        // The verifier keeps a blocks table [rows, K] and dst f32.
+                        Some(format) => {
+                            let k = tshape.get(1).copied().unwrap_or(0);
+                            r::gather_blocks(format, ins[0], rows, k, &idx, bytemuck::cast_slice_mut(out))
+                                .err()
+                        }
+                        None => r::gather(ins[0], rows, row, &idx, out).err(),
+                    };
                 });
                 if let Some((pos, v)) = bad {
                     return Err(self.runtime_error(
@@ -863,20 +876,34 @@ impl Vm {
                     (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
                 let bias_shape = bias.map(|t| f.shapes[t.0 as usize].clone());
                 let ctx = f.ctx();
-                let operands = if dt(a) == dt(b) { dt(a) } else { DType::F32 };
-                self.float_op(p, f, dst, &[Some(a), Some(b), bias], |out, ins| {
-                    let bias = ins[2].zip(bias_shape.as_deref());
-                    cpu::matmul(
-                        &ctx,
-                        &g,
-                        operands,
-                        ins[0].unwrap_or_default(),
-                        ins[1].unwrap_or_default(),
-                        bias,
-                        act,
-                        out,
-                    )
-                });
+                if let Some(format) = block_format(p, b) {
+                    // b is [N, K] blocks and every operand f32 (the verifier's rule): b is
+                    // read as its bytes, the rest as f32.
+                    cost.1 =
+                        (n_of(f, a) + n_of(f, dst)) * 4 + self.bytes_of(&f.locs[b.0 as usize]).len() as u64;
+                    self.with_operands(p, f, dst, &[Some(a), Some(b), bias], |out, views| {
+                        let av = to_f32(views[0].unwrap_or_default(), DType::F32);
+                        let bias_v = views[2].map(|v| to_f32(v, DType::F32));
+                        let bias = bias_v.as_deref().zip(bias_shape.as_deref());
+                        let bq = cpu::MatB::Blocks { format, bytes: views[1].unwrap_or_default() };
+                        cpu::matmul(&ctx, &g, DType::F32, &av, bq, bias, act, bytemuck::cast_slice_mut(out))
+                    });
+                } else {
+                    let operands = if dt(a) == dt(b) { dt(a) } else { DType::F32 };
+                    self.float_op(p, f, dst, &[Some(a), Some(b), bias], |out, ins| {
+                        let bias = ins[2].zip(bias_shape.as_deref());
+                        cpu::matmul(
+                            &ctx,
+                            &g,
+                            operands,
+                            ins[0].unwrap_or_default(),
+                            cpu::MatB::F32(ins[1].unwrap_or_default()),
+                            bias,
+                            act,
+                            out,
+                        )
+                    });
+                }
             }
             Insn::Softmax { dst, x, mask, scale } => {
                 let shape = &f.shapes[x.0 as usize];
@@ -1278,6 +1305,14 @@ fn to_f32(bytes: &[u8], dtype: DType) -> Cow<'_, [f32]> {
             Cow::Owned(cast_or_copy::<u16>(bytes).iter().map(|&h| nx::bf16_bits_to_f32(h)).collect())
         }
         DType::I32 => Cow::Owned(cast_or_copy::<i32>(bytes).iter().map(|&v| v as f32).collect()),
+    }
+}
+
+/// The block format of a block-quantized constant, or None for any other tensor.
+fn block_format(p: &Program, t: TensorId) -> Option<crate::isa::BlockFormat> {
+    match p.tensors[t.0 as usize].kind {
+        TensorKind::Const(ConstData::Blocks { format, .. }) => Some(format),
+        _ => None,
     }
 }
 

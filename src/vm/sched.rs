@@ -31,7 +31,7 @@ use std::ops::{ControlFlow, Range};
 use super::{norm_axis, ConstStore, Frame, Loc, Observer, StepEvent, Vm};
 use crate::exec::cpu::reference::{Binary, MatmulShape, Reduce, Unary};
 use crate::exec::cpu::{self as cpu, simd, Ctx};
-use crate::format::Program;
+use crate::format::{ConstData, Program, TensorKind};
 use crate::isa::{DType, Group, Insn, Opcode, TensorId, TensorOperands, MAX_TENSOR_READS};
 
 /// Least work (elements of the output or first source, or multiply-adds for MATMUL) for an instruction to join a
@@ -132,7 +132,7 @@ fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<
                 MatmulShape { a: shape(a).to_vec(), b: shape(b).to_vec(), out: shape(dst).to_vec(), ta, tb };
             let bias = ins[2].zip(bias.map(shape));
             // Batches take f32 tensors only (`member`).
-            cpu::matmul(ctx, &g, DType::F32, x, ins[1].unwrap_or_default(), bias, act, out);
+            cpu::matmul(ctx, &g, DType::F32, x, cpu::MatB::F32(ins[1].unwrap_or_default()), bias, act, out);
         }
         Insn::Add { dst, a, b } => binary(Binary::Add, a, b, dst, out),
         Insn::Sub { dst, a, b } => binary(Binary::Sub, a, b, dst, out),
@@ -238,7 +238,12 @@ impl Vm {
         if elements.saturating_mul(depth(f, insn)) < MIN_WORK {
             return None;
         }
-        let f32_ok = |t: TensorId| p.tensors[t.0 as usize].dtype == DType::F32;
+        // Block-quantized constants are f32 values stored as blocks: they run alone, through
+        // `Vm::exec`, which reads them as blocks (a batch would read their bytes as f32).
+        let f32_ok = |t: TensorId| {
+            let decl = &p.tensors[t.0 as usize];
+            decl.dtype == DType::F32 && !matches!(decl.kind, TensorKind::Const(ConstData::Blocks { .. }))
+        };
         if !f32_ok(dst) || srcs.iter().flatten().any(|&s| s == dst || !f32_ok(s)) {
             return None;
         }

@@ -26,13 +26,16 @@
 
 use super::fpenv::FtzGuard;
 use super::{Ctx, SimdLevel};
-use crate::isa::Tier;
+use crate::isa::{BlockFormat, Tier};
 use crate::numerics as nx;
 
 /// AVX2 microkernel rows (broadcast A values per k step); AVX-512 uses 12.
 pub const MR: usize = 6;
 /// AVX2 microkernel columns (two ymm vectors of B per k step); AVX-512 uses 32.
 pub const NR: usize = 16;
+/// AVX-512 microkernel rows and columns (two zmm vectors of B per k step).
+const MR512: usize = 12;
+const NR512: usize = 32;
 /// Depth of one packed block for the AVX2 kernel: a KC×NR B micro-panel (16 KiB) and an A
 /// micro-panel stay in a 32 KiB L1.
 const KC: usize = 256;
@@ -95,40 +98,116 @@ pub fn gemm(
     assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm: A slice too short for its shape");
     assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len(), "gemm: B slice too short for its shape");
     let ops = Operands { m, n, k, a, a_rs, a_cs, b, b_rs, b_cs };
+    // How the output is cut among threads: in units of the kernel `run_rect` will pick.
+    let gemv = ctx.level >= SimdLevel::Avx2 && m <= GEMV_MAX_M && b_rs == 1 && a_cs == 1 && k >= 8;
+    let (unit, min_work) = if gemv {
+        ((m, 8), GEMV_PAR_MIN_WORK)
+    } else if ctx.level >= SimdLevel::Avx512 {
+        ((MR512, NR512), PAR_MIN_WORK)
+    } else {
+        ((MR, NR), PAR_MIN_WORK)
+    };
+    run_tasks(ctx, &ops, c, unit, min_work, |rect, out| run_rect(ctx, &ops, rect, out));
+}
 
-    #[cfg(target_arch = "x86_64")]
-    if ctx.level >= SimdLevel::Avx2 && m <= GEMV_MAX_M && b_rs == 1 && a_cs == 1 && k >= 8 {
-        let strict = ctx.tier == Tier::Strict;
-        run_tasks(ctx, &ops, c, (m, 8), GEMV_PAR_MIN_WORK, |rect, out| {
-            let _ftz = strict.then(FtzGuard::new);
-            // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS) reported
-            // AVX2 and FMA on this CPU (`SimdLevel::detect`); the shape checks above hold.
-            unsafe { x86::gemv_tb_rect(strict, &ops, rect, out) }
-        });
+/// Rows of a block-quantized B dequantized at a time by [`gemm_blocks`]: about 1 MiB of f32
+/// (a slab stays in L2 while the f32 kernels read it), a multiple of 16 rows, at least 16.
+fn slab_rows(k: usize) -> usize {
+    ((1usize << 18) / k.max(1)).next_multiple_of(16).max(16)
+}
+
+std::thread_local! {
+    /// Per-thread slab of dequantized B rows for [`gemm_blocks`].
+    static SLAB: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// C[m×n] (row-major, overwritten) = A·B where B is given transposed and block-quantized:
+/// `B(p, j)` is value `p` of row `j` of the `[n, k]` matrix `blocks` holds in `format`
+/// (`k` a multiple of 32). Each task dequantizes the rows of B its columns need, a slab of
+/// [`slab_rows`] at a time (`numerics::quant`, exact), and runs [`gemm`]'s kernels on the
+/// slab: so every `C(i, j)` is the same chain as `gemm` over the dequantized f32 matrix, the
+/// same bits in every tier, while the weights are read from memory as blocks (a quarter or a
+/// sixth of their f32 size, and a language model's decode is bound by that read).
+///
+/// Panics if a slice is too short for the given shape and strides.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_blocks(
+    ctx: &Ctx,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    format: BlockFormat,
+    blocks: &[u8],
+    c: &mut [f32],
+) {
+    assert!(c.len() >= m * n, "gemm_blocks: output has {} elements, needs {}", c.len(), m * n);
+    assert!(k.is_multiple_of(BlockFormat::BLOCK_ELEMS), "gemm_blocks: k = {k} is not whole blocks");
+    let row_bytes = k / BlockFormat::BLOCK_ELEMS * format.block_bytes();
+    assert!(
+        blocks.len() >= n * row_bytes,
+        "gemm_blocks: B has {} bytes, needs {}",
+        blocks.len(),
+        n * row_bytes
+    );
+    let c = &mut c[..m * n];
+    if m == 0 || n == 0 {
         return;
     }
+    if k == 0 {
+        c.fill(0.0);
+        return;
+    }
+    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm_blocks: A slice too short for its shape");
+    // The split among threads looks at the shape only (`b` is not read by `run_tasks`).
+    let whole = Operands { m, n, k, a, a_rs, a_cs, b: &[], b_rs: 1, b_cs: k };
+    let slab = slab_rows(k);
+    let min_work = if m <= GEMV_MAX_M { GEMV_PAR_MIN_WORK } else { PAR_MIN_WORK };
+    run_tasks(ctx, &whole, c, (MR, NR), min_work, |rect, out| {
+        SLAB.with(|buf| {
+            let mut fresh = Vec::new();
+            let mut held = buf.try_borrow_mut();
+            let buf = match held.as_deref_mut() {
+                Ok(b) => b,
+                Err(_) => &mut fresh,
+            };
+            for j0 in (rect.j0..rect.j1).step_by(slab) {
+                let w = slab.min(rect.j1 - j0);
+                let rows = aligned(buf, w * k);
+                crate::numerics::quant::dequantize_rows(format, blocks, k, j0..j0 + w, rows);
+                let ops = Operands { m, n: w, k, a, a_rs, a_cs, b: rows, b_rs: 1, b_cs: k };
+                // Columns j0..j0+w of C are columns 0..w of this slab's product.
+                let sub = OutPtr { ptr: out.ptr.wrapping_add(j0), n: out.n };
+                run_rect(ctx, &ops, Rect { i0: rect.i0, i1: rect.i1, j0: 0, j1: w }, sub);
+            }
+        })
+    });
+}
+
+/// Runs the kernel [`gemm`] would pick for `ops` on one rectangle of the output, on this
+/// thread.
+fn run_rect(ctx: &Ctx, ops: &Operands, rect: Rect, out: OutPtr) {
     #[cfg(target_arch = "x86_64")]
     if ctx.level >= SimdLevel::Avx2 {
-        use x86::Micro;
         let strict = ctx.tier == Tier::Strict;
-        if ctx.level >= SimdLevel::Avx512 {
-            run_tasks(ctx, &ops, c, (x86::Avx512::MR, x86::Avx512::NR), PAR_MIN_WORK, |rect, out| {
-                let _ftz = strict.then(FtzGuard::new);
-                // SAFETY: `ctx.level >= Avx512` is only ever set after CPUID and the OS
-                // reported AVX-512F/BW/DQ/VL on this CPU (`SimdLevel::detect`).
-                unsafe { x86::gemm_rect::<x86::Avx512>(strict, &ops, rect, out) }
-            });
+        let _ftz = strict.then(FtzGuard::new);
+        if ops.m <= GEMV_MAX_M && ops.b_rs == 1 && ops.a_cs == 1 && ops.k >= 8 {
+            // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS) reported
+            // AVX2 and FMA on this CPU (`SimdLevel::detect`); the caller checked the shapes.
+            unsafe { x86::gemv_tb_rect(strict, ops, rect, out) }
+        } else if ctx.level >= SimdLevel::Avx512 {
+            // SAFETY: `ctx.level >= Avx512` is only ever set after CPUID and the OS reported
+            // AVX-512F/BW/DQ/VL on this CPU (`SimdLevel::detect`).
+            unsafe { x86::gemm_rect::<x86::Avx512>(strict, ops, rect, out) }
         } else {
-            run_tasks(ctx, &ops, c, (MR, NR), PAR_MIN_WORK, |rect, out| {
-                let _ftz = strict.then(FtzGuard::new);
-                // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS)
-                // reported AVX2 and FMA on this CPU (`SimdLevel::detect`).
-                unsafe { x86::gemm_rect::<x86::Avx2>(strict, &ops, rect, out) }
-            });
+            // SAFETY: as for the matrix-vector kernel.
+            unsafe { x86::gemm_rect::<x86::Avx2>(strict, ops, rect, out) }
         }
         return;
     }
-    run_tasks(ctx, &ops, c, (MR, NR), PAR_MIN_WORK, |rect, out| scalar_rect(&ops, rect, out));
+    scalar_rect(ops, rect, out)
 }
 
 /// The operands of one call (shape and strided views of A and B).
@@ -334,8 +413,8 @@ mod x86 {
         }
     }
     impl Micro for Avx512 {
-        const MR: usize = 12;
-        const NR: usize = 32;
+        const MR: usize = MR512;
+        const NR: usize = NR512;
         const KC: usize = KC512;
         unsafe fn tile(
             strict: bool,

@@ -112,18 +112,28 @@ pub fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, rayon::ThreadPoo
 use crate::isa::Act;
 use reference::{for_each_broadcast, MatmulShape, Unary};
 
+/// MATMUL's `b` as the CPU executor reads it: f32 values, or a block-quantized `[N, K]`
+/// constant (read with `tb`; the verifier allows it nowhere else).
+#[derive(Clone, Copy)]
+pub enum MatB<'a> {
+    F32(&'a [f32]),
+    Blocks { format: crate::isa::BlockFormat, bytes: &'a [u8] },
+}
+
 /// MATMUL on the CPU: `gemm` for each (broadcast) batch, then the epilogue in the reference's
 /// order: `acc = add(acc, bias)`, then the activation. Gives `reference::matmul`'s bits in the
 /// strict tier at every SIMD level and thread count. `operands` is the type whose values `a`
 /// and `b` both hold (widened): for f16 the strict tier takes the FMA kernel, whose chains
-/// give the strict bits there once canonicalized (`numerics::fma_chain_is_dot`).
+/// give the strict bits there once canonicalized (`numerics::fma_chain_is_dot`). A
+/// block-quantized `b` gives the bits of the same call on its dequantized values
+/// (`gemm::gemm_blocks`).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     ctx: &Ctx,
     g: &MatmulShape,
     operands: crate::isa::DType,
     a: &[f32],
-    b: &[f32],
+    b: MatB,
     bias: Option<(&[f32], &[usize])>,
     act: Act,
     out: &mut [f32],
@@ -142,28 +152,57 @@ pub fn matmul(
     let (a_rs, a_cs) = if g.ta { (1, m) } else { (k, 1) };
     let (b_rs, b_cs) = if g.tb { (1, k) } else { (n, 1) };
     let (a_batch, b_batch) = (&g.a[..g.a.len() - 2], &g.b[..g.b.len() - 2]);
-    // One batch after another. (Running a batch's small per-head products side by side on
-    // the pool instead was measured on the 2-core development machine and was slower: 4.1 ms
-    // against 2.8 ms for 20 of attention's 12×128×128×32 products; waking the other worker
-    // cost more than it gave.)
-    let mut batch = 0usize;
-    for_each_broadcast(&g.out[..r - 2], [a_batch, b_batch], |_, [ab, bb]| {
-        let c = &mut out[batch * m * n..(batch + 1) * m * n];
-        gemm::gemm(
-            &gemm_ctx,
-            m,
-            n,
-            k,
-            &a[ab * m * k..(ab + 1) * m * k],
-            a_rs,
-            a_cs,
-            &b[bb * k * n..(bb + 1) * k * n],
-            b_rs,
-            b_cs,
-            c,
-        );
-        batch += 1;
-    });
+    match b {
+        MatB::Blocks { format, bytes } if !g.ta => {
+            // b is one [N, K] matrix (no batch axes), so the rows of every batch of a are one
+            // [batch·M, K] matrix: one pass over the weights for all of them.
+            let rows = out.len() / n;
+            gemm::gemm_blocks(&gemm_ctx, rows, n, k, &a[..rows * k], k, 1, format, bytes, out);
+        }
+        MatB::Blocks { format, bytes } => {
+            let mut batch = 0usize;
+            for_each_broadcast(&g.out[..r - 2], [a_batch], |_, [ab]| {
+                let c = &mut out[batch * m * n..(batch + 1) * m * n];
+                gemm::gemm_blocks(
+                    &gemm_ctx,
+                    m,
+                    n,
+                    k,
+                    &a[ab * m * k..(ab + 1) * m * k],
+                    a_rs,
+                    a_cs,
+                    format,
+                    bytes,
+                    c,
+                );
+                batch += 1;
+            });
+        }
+        MatB::F32(b) => {
+            // One batch after another. (Running a batch's small per-head products side by side
+            // on the pool instead was measured on the 2-core development machine and was
+            // slower: 4.1 ms against 2.8 ms for 20 of attention's 12×128×128×32 products;
+            // waking the other worker cost more than it gave.)
+            let mut batch = 0usize;
+            for_each_broadcast(&g.out[..r - 2], [a_batch, b_batch], |_, [ab, bb]| {
+                let c = &mut out[batch * m * n..(batch + 1) * m * n];
+                gemm::gemm(
+                    &gemm_ctx,
+                    m,
+                    n,
+                    k,
+                    &a[ab * m * k..(ab + 1) * m * k],
+                    a_rs,
+                    a_cs,
+                    &b[bb * k * n..(bb + 1) * k * n],
+                    b_rs,
+                    b_cs,
+                    c,
+                );
+                batch += 1;
+            });
+        }
+    }
     if exact {
         // What the strict kernel does as it stores its chains' ends.
         out.iter_mut().for_each(|v| *v = crate::numerics::canon(*v));

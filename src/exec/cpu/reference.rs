@@ -407,6 +407,26 @@ pub fn gather<T: Copy>(
     Ok(())
 }
 
+/// GATHER from a block-quantized `[rows, k]` table: each index's row dequantized
+/// (`numerics::quant`) into `out`, `k` values a row. Errors as [`gather`].
+pub fn gather_blocks(
+    format: crate::isa::BlockFormat,
+    table: &[u8],
+    rows: usize,
+    k: usize,
+    indices: &[i32],
+    out: &mut [f32],
+) -> Result<(), (usize, i32)> {
+    for (i, &ix) in indices.iter().enumerate() {
+        if ix < 0 || ix as usize >= rows {
+            return Err((i, ix));
+        }
+        let r = ix as usize;
+        crate::numerics::quant::dequantize_rows(format, table, k, r..r + 1, &mut out[i * k..(i + 1) * k]);
+    }
+    Ok(())
+}
+
 /// The inverse of [`slice`]: `dst[..., start : start + len, ...] = part` along `axis`, where
 /// `shape` is dst's and `len` part's size on that axis. Every other element of dst is kept.
 pub fn put<T: Copy>(part: &[T], shape: &[usize], axis: usize, start: usize, len: usize, dst: &mut [T]) {
