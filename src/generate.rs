@@ -158,6 +158,28 @@ impl GenerationProgram {
         &self.program
     }
 
+    /// Bytes of weights one decode step reads: the stored size (blocks, or f32 values) of every
+    /// constant a MATMUL takes as `b`, once each. Each such matrix is read whole once a step
+    /// whatever the batch, which makes this the figure decode speed is bound by: the
+    /// benchmarks divide it by a step's time for the bandwidth a generation achieves.
+    pub fn weight_bytes_per_step(&self) -> u64 {
+        let p = self.program.verified().program();
+        let mut seen = std::collections::HashSet::new();
+        let mut total = 0u64;
+        for ins in self.program.verified().instructions() {
+            let Insn::Matmul { b, .. } = ins.insn else { continue };
+            let decl = &p.tensors[b.0 as usize];
+            let TensorKind::Const(data) = decl.kind else { continue };
+            if seen.insert(b) {
+                total += match data {
+                    ConstData::Splat(_) => 0,
+                    _ => p.const_bytes(&data).map_or(0, |d| d.len() as u64),
+                };
+            }
+        }
+        total
+    }
+
     /// The vocabulary size (the logits' last axis).
     pub fn vocab(&self) -> usize {
         self.vocab

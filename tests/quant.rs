@@ -305,3 +305,51 @@ fn gguf_blocks_are_kept_as_stored_and_round_trip() {
     assert!(err.contains("`m.gguf`: tensor `a` is Q8_0, but `%a` is declared q4_1[4, 64]"), "{err}");
     assert!(err.contains("declare it as q8_0 or as f32 (dequantized)"), "{err}");
 }
+
+/// A .bib whose blocks constant is malformed is refused with a message naming the defect: an
+/// unknown format byte when loading, a wrong byte count, a dtype other than f32 or rows that
+/// are not whole blocks when verifying.
+#[test]
+fn malformed_blocks_constants_are_refused() {
+    use adeadvm::format::{ConstData, Program, TensorKind};
+    use adeadvm::isa::{BlockFormat, DType, Dim};
+    let blocks = hex(&random_blocks(Fmt::Q4_1, 2, 64, &mut Rng(8)).0);
+    let src = format!(
+        ".const %w q4_1[2, 64] = blocks(\"{blocks}\")\n.input %x f32[1, 64]\n.output y f32[1, 2]\n\
+         ALLOC %t: f32[1, 2]\nMATMUL %t, %x, %w, tb\nSTORE y, %t\nFREE %t\n"
+    );
+    let options =
+        adeadvm::asm::AsmOptions { defines: Vec::new(), base_dir: std::env::current_dir().unwrap() };
+    let good = adeadvm::asm::assemble(&src, "q.s", &options).unwrap();
+    let verify = |p: Program| adeadvm::verify::verify(p).err().map(|e| e.to_string()).unwrap_or_default();
+
+    // The format byte follows the kind byte 4, the dtype, the shape and the name (a u32 length, "w").
+    let bytes = good.to_bytes();
+    let at = bytes.windows(5).position(|w| w == [1, 0, 0, 0, b'w']).expect("the name `w`") + 5;
+    assert_eq!(bytes[at], BlockFormat::Q4_1 as u8);
+    let mut bad = bytes.clone();
+    bad[at] = 9;
+    let err = Program::from_bytes(common::hostile::seal(&bad).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("constant \"w\" has unknown block format byte 9"), "{err}");
+
+    let with = |f: &dyn Fn(&mut adeadvm::format::TensorDecl)| {
+        let mut p = good.clone();
+        f(&mut p.tensors[0]);
+        verify(p)
+    };
+    let err = with(&|t| {
+        if let TensorKind::Const(ConstData::Blocks { len, .. }) = &mut t.kind {
+            *len -= 20;
+        }
+    });
+    assert!(
+        err.contains("constant q4_1[2, 64] needs 80 bytes (4 blocks of 20 bytes) but its data is 60 bytes"),
+        "{err}"
+    );
+    let err = with(&|t| t.dtype = DType::I32);
+    assert!(err.contains("stores q4_1 blocks, whose values are f32, so its dtype must be f32"), "{err}");
+    let err = with(&|t| t.shape = vec![Dim::Const(4), Dim::Const(32)]);
+    assert!(err.contains("inner dimensions differ"), "{err}");
+    let err = with(&|t| t.shape = vec![Dim::Const(8), Dim::Const(16)]);
+    assert!(err.contains("constant q4_1[8, 16] stores q4_1 blocks along its last axis"), "{err}");
+}

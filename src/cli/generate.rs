@@ -131,7 +131,7 @@ pub fn cmd_generate(a: GenerateArgs) -> Result<()> {
     let texts: Vec<Option<String>> =
         out.sequences.iter().map(|s| vocab.as_ref().map(|t| t.decode(&s.ids))).collect();
     if a.json {
-        println!("{}", json_report(&out, &texts));
+        println!("{}", json_report(&out, &texts, generator.weight_bytes_per_step()));
     } else {
         for (k, (s, text)) in out.sequences.iter().zip(&texts).enumerate() {
             if out.sequences.len() > 1 {
@@ -187,8 +187,16 @@ fn json_string(s: &str) -> String {
     o
 }
 
+/// GB/s of weights read while generating: `weight_bytes` a decode step, one step for every
+/// token of each sequence after the prompt.
+fn weight_gbps(out: &Generation, weight_bytes: u64) -> f64 {
+    let steps = out.gen_tokens as f64 / out.sequences.len().max(1) as f64;
+    rate(1, out.gen_time.as_secs_f64()) * steps * weight_bytes as f64 / 1e9
+}
+
 /// One prompt: {"ids", "text", "stopped"} and the timing; several: {"results": [...], timing}.
-fn json_report(out: &Generation, texts: &[Option<String>]) -> String {
+/// The timing includes the weights' bytes a decode step reads and the GB/s that makes.
+fn json_report(out: &Generation, texts: &[Option<String>], weight_bytes: u64) -> String {
     let one = |k: usize| {
         let s = &out.sequences[k];
         let ids: Vec<String> = s.ids.iter().map(u32::to_string).collect();
@@ -197,14 +205,16 @@ fn json_report(out: &Generation, texts: &[Option<String>]) -> String {
     };
     let timing = format!(
         "\"steps\": {}, \"prompt_tokens\": {}, \"prompt_seconds\": {:.6}, \"prompt_tokens_per_s\": {:.3}, \
-         \"gen_tokens\": {}, \"gen_seconds\": {:.6}, \"gen_tokens_per_s\": {:.3}",
+         \"gen_tokens\": {}, \"gen_seconds\": {:.6}, \"gen_tokens_per_s\": {:.3}, \
+         \"weight_bytes_per_step\": {weight_bytes}, \"gen_weight_gb_per_s\": {:.3}",
         out.steps,
         out.prompt_tokens,
         out.prompt_time.as_secs_f64(),
         rate(out.prompt_tokens, out.prompt_time.as_secs_f64()),
         out.gen_tokens,
         out.gen_time.as_secs_f64(),
-        rate(out.gen_tokens, out.gen_time.as_secs_f64())
+        rate(out.gen_tokens, out.gen_time.as_secs_f64()),
+        weight_gbps(out, weight_bytes)
     );
     if out.sequences.len() == 1 {
         format!("{{{}, {timing}}}", one(0))
