@@ -8,12 +8,14 @@
 #     bin/avx2/{llama-bench,llama-batched-bench}     x86-64 with AVX2+FMA+F16C+BMI2
 #     bin/avx512/{llama-bench,llama-batched-bench}   the same plus AVX-512 F/CD/VL/DQ/BW
 #     bin/VERSION                                    what was built, from what
-# Both copies are linked statically (-static, glibc included: no ldd dependencies), no
+# Both copies are linked statically (-static, glibc, libstdc++ and libgomp included: ldd finds no
+# dependencies; GGML_STATIC alone links only ggml's own targets statically), no
 # -march=native, so they run on another x86-64 Linux machine whatever its glibc;
 # peer_llamacpp.py picks the copy by /proc/cpuinfo. Static linking rules out GGML_BACKEND_DL and
 # with it GGML_CPU_ALL_VARIANTS (run-time selection needs shared backends), hence two copies;
 # only ggml-cpu differs between them, so ccache (used where installed) makes the second cheap.
-# `target/llamacpp/bin` is what must be carried (about 2 x 2 x 5 MB).
+# Each binary is about 11 MB (static libstdc++, llama.cpp's common library); to carry them
+# elsewhere, target/llamacpp/llamacpp-bin.tar.gz holds bin/ (about 19 MB for both copies).
 #
 # Idempotent: the sdist is downloaded once (sha256 checked), a copy whose binaries exist is not
 # rebuilt (FORCE=1 rebuilds). Needs curl, cmake >= 3.14 (pip install cmake), a C/C++ compiler.
@@ -60,7 +62,7 @@ for variant in $VARIANTS; do
     # GIT_EXECUTABLE=false: the sources sit inside adeadvm's git tree, whose commit must not
     # be reported as llama.cpp's (llama-bench then says build_commit "unknown").
     cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-        -DBUILD_SHARED_LIBS=OFF -DGGML_STATIC=ON -DGGML_BACKEND_DL=OFF \
+        -DBUILD_SHARED_LIBS=OFF -DGGML_STATIC=ON -DGGML_BACKEND_DL=OFF -DCMAKE_EXE_LINKER_FLAGS=-static \
         -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
         -DGGML_AVX_VNNI=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
         "${isa[@]}" -DGGML_OPENMP=ON \
@@ -76,8 +78,9 @@ for variant in $VARIANTS; do
         cp "$build/bin/$tool" "$bin/$tool"
         strip "$bin/$tool"
         if ldd "$bin/$tool" 2>&1 | grep -q "=>"; then
-            echo "warning: $bin/$tool is not fully static:" >&2
+            echo "$bin/$tool is not fully static:" >&2
             ldd "$bin/$tool" >&2
+            exit 1
         fi
     done
 done
@@ -85,6 +88,8 @@ done
 {
     echo "llama.cpp vendored in llama-cpp-python $VERSION (sdist sha256 $SHA256)"
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m), $(${CC:-cc} --version | head -1), static, CPU only"
-    echo "variants: $VARIANTS"
+    echo "variants: $(cd "$out/bin" && ls -d */ | tr -d / | xargs)"
 } >"$out/bin/VERSION"
+# What to carry to another machine: peer_llamacpp.py unpacks it where bin/ is missing.
+tar czf "$out/llamacpp-bin.tar.gz.part" -C "$out" bin && mv "$out/llamacpp-bin.tar.gz.part" "$out/llamacpp-bin.tar.gz"
 echo "$out/bin"

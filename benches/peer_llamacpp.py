@@ -41,7 +41,8 @@ Where the model can't go (the GPU machine: nothing reaches the network, what is 
 most 64 MiB, the model is 98 MB): build here, shrink the model to its header, carry both:
     benches/build-llamacpp.sh
     python3 benches/gguf_skeleton.py shrink MODEL.gguf target/llamacpp/smollm2-135m-instruct.skel
-    # carry target/llamacpp/bin (about 20 MB) and target/llamacpp/smollm2-135m-instruct.skel (1.8 MB)
+    # carry target/llamacpp/llamacpp-bin.tar.gz (19 MB: bin/, unpacked there on first use)
+    # and target/llamacpp/smollm2-135m-instruct.skel (1.8 MB)
     # there: cargo build --release && python3 benches/peer_llamacpp.py --adeadvm auto --json-out $OUT/llamacpp.json
 The binaries are static (no glibc dependency); python3 with numpy is all the far side needs
 beyond them. On a machine shared with builds, use medians of several runs (--iters) and a
@@ -55,6 +56,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -67,6 +69,7 @@ import gguf_skeleton  # noqa: E402
 import peer_smollm2 as peer  # noqa: E402
 
 DEFAULT_BIN = ROOT / "target" / "llamacpp" / "bin"
+CARRIED_BIN = ROOT / "target" / "llamacpp" / "llamacpp-bin.tar.gz"  # bin/, as build-llamacpp.sh packs it
 DEFAULT_SKEL = ROOT / "target" / "llamacpp" / "smollm2-135m-instruct.skel"
 CACHED_MODEL = Path.home() / ".cache" / "adeadvm" / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The copies benches/build-llamacpp.sh builds, best first, with the CPU flags each needs.
@@ -99,6 +102,10 @@ def cpu_name():
 def llamacpp_bin(args):
     """The folder holding llama-bench and llama-batched-bench, and the variant's name."""
     base = Path(args.llamacpp or os.environ.get("LLAMACPP_BIN") or DEFAULT_BIN)
+    if base == DEFAULT_BIN and not base.is_dir() and CARRIED_BIN.is_file():
+        print("unpacking %s" % CARRIED_BIN, file=sys.stderr)
+        with tarfile.open(CARRIED_BIN) as tar:
+            tar.extractall(DEFAULT_BIN.parent)
     if (base / "llama-bench").is_file():
         return base, base.name
     flags = cpu_flags()
