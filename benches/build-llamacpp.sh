@@ -86,7 +86,8 @@ for variant in $VARIANTS; do
 done
 
 {
-    echo "llama.cpp vendored in llama-cpp-python $VERSION (sdist sha256 $SHA256)"
+    commit=$(sed -n "/^## \[$VERSION\]/,/^## /p" "$out/llama_cpp_python-$VERSION/CHANGELOG.md" | grep -o -m1 'llama.cpp@[0-9a-f]*' || true)
+    echo "llama.cpp vendored in llama-cpp-python $VERSION (${commit:-commit unknown}; sdist sha256 $SHA256)"
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -m), $(${CC:-cc} --version | head -1), static, CPU only"
     echo "variants: $(cd "$out/bin" && ls -d */ | tr -d / | xargs)"
 } >"$out/bin/VERSION"
