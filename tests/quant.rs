@@ -218,7 +218,8 @@ fn quantized_matmul_on_vulkan_at_model_shapes() {
                 d.push(last.to_string());
                 d.join(", ")
             };
-            let (bias_shape, bias_dims) = if full_bias { (dims(n), [lead, &[n]].concat()) } else { (n.to_string(), vec![n]) };
+            let (bias_shape, bias_dims) =
+                if full_bias { (dims(n), [lead, &[n]].concat()) } else { (n.to_string(), vec![n]) };
             let bias = rng.vec(bias_dims.iter().product(), -1.0, 1.0);
             let body = format!(
                 ".input %x f32[{}]\n.input %bias f32[{bias_shape}]\n.output y f32[{}]\nALLOC %t: f32[{}]\n",
@@ -232,7 +233,8 @@ fn quantized_matmul_on_vulkan_at_model_shapes() {
                 fmt.name(),
                 hex(&blocks)
             ));
-            let plain = build(&format!(".input %w f32[{n}, {k}]\n{body}MATMUL %t, %x, %w, tb{extra}\n{tail}"));
+            let plain =
+                build(&format!(".input %w f32[{n}, {k}]\n{body}MATMUL %t, %x, %w, tb{extra}\n{tail}"));
             let xs: Vec<usize> = lead.iter().copied().chain([k]).collect();
             let ins = [("x", f32s(&xs, &x)), ("bias", f32s(&bias_dims, &bias))];
             let mut with_w = ins.to_vec();

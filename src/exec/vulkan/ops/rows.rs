@@ -598,13 +598,17 @@ pub fn matmul_blocks(
     let qk = BlockFormat::BLOCK_ELEMS;
     let (n, kk) = (g.b[0], g.b[1]);
     if !kk.is_multiple_of(qk) {
-        return Err(invalid(format!("a block-quantized matmul b's rows of {kk} values are not whole blocks")));
+        return Err(invalid(format!(
+            "a block-quantized matmul b's rows of {kk} values are not whole blocks"
+        )));
     }
     let want = (n as u64)
         .checked_mul((kk / qk) as u64)
         .and_then(|b| b.checked_mul(format.block_bytes() as u64))
         .filter(|&b| b <= u64::from(u32::MAX))
-        .ok_or_else(|| invalid(format!("b [{n}, {kk}] in {} blocks overflows 32-bit byte offsets", format.name())))?;
+        .ok_or_else(|| {
+            invalid(format!("b [{n}, {kk}] in {} blocks overflows 32-bit byte offsets", format.name()))
+        })?;
     if blocks.len != want {
         return Err(invalid(format!(
             "matmul b: {} bytes of {} blocks where [{n}, {kk}] takes {want}",
@@ -617,9 +621,14 @@ pub fn matmul_blocks(
     let merged;
     let g = match bias.map(|(_, s)| s) {
         Some(s) if s.len() > 1 => g,
-        _ if !g.ta && g.a.len() > 2 && g.out.len() == g.a.len() && g.out[..g.out.len() - 2] == g.a[..g.a.len() - 2] => {
+        _ if !g.ta
+            && g.a.len() > 2
+            && g.out.len() == g.a.len()
+            && g.out[..g.out.len() - 2] == g.a[..g.a.len() - 2] =>
+        {
             let rows: usize = g.a[..g.a.len() - 1].iter().product();
-            merged = MatmulShape { a: vec![rows, kk], b: g.b.clone(), out: vec![rows, n], ta: false, tb: true };
+            merged =
+                MatmulShape { a: vec![rows, kk], b: g.b.clone(), out: vec![rows, n], ta: false, tb: true };
             &merged
         }
         _ => g,
