@@ -71,9 +71,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Whether the Vulkan executor has the quantized kernels yet (being written).
-const VULKAN_KERNELS: bool = false;
-
 /// Every CPU configuration (scalar, each SIMD level here, 1 and 3 threads), and the Vulkan
 /// executor when there is a device.
 fn configs() -> Vec<(String, VmConfig)> {
@@ -94,7 +91,7 @@ fn configs() -> Vec<(String, VmConfig)> {
             ));
         }
     }
-    if VULKAN_KERNELS && common::vk::exec().is_some() {
+    if common::vk::exec().is_some() {
         out.push((
             "vulkan".into(),
             VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() },
@@ -183,6 +180,90 @@ fn quantized_matmul_is_matmul_over_the_dequantized_values() {
                 }
             }
         }
+    }
+}
+
+/// The Vulkan executor at a language model's shapes (decode: 1 to 8 rows, the matrix-vector
+/// kernel; prompt: 130 rows, the tiled kernel; N past a whole number of tiles; K of 576, 1536
+/// and 2112, past the k one dispatch covers on lavapipe, so later dispatches resume the sums):
+/// the bits of the f32 MATMUL on the CPU, with and without bias and activation, with batch axes
+/// on a (taken as rows of one matrix, and with a bias per batch, not), in both formats.
+#[test]
+fn quantized_matmul_on_vulkan_at_model_shapes() {
+    if common::vk::exec().is_none() {
+        return;
+    }
+    let vulkan = VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() };
+    let cpu = VmConfig { backend: Backend::Cpu, threads: Some(2), ..VmConfig::default() };
+    let mut rng = Rng(2026);
+    // (a's leading axes, N, K, extra operands, whether the bias has a's leading axes too)
+    let cases: &[(&[usize], usize, usize, &str, bool)] = &[
+        (&[1], 1000, 576, "", false),
+        (&[8], 1000, 1536, ", bias=%bias, act=relu", false),
+        (&[3, 1], 1003, 1536, ", bias=%bias", false),
+        (&[2, 4], 1000, 576, ", act=gelu", false),
+        (&[5], 300, 2112, ", bias=%bias", false),
+        (&[130], 1000, 576, ", bias=%bias", false),
+        (&[130], 1001, 1536, ", act=gelu", false),
+        (&[2, 65], 1000, 576, ", bias=%bias, act=relu", true),
+        (&[130], 300, 2112, "", false),
+    ];
+    for fmt in [Fmt::Q8_0, Fmt::Q4_1] {
+        for &(lead, n, k, extra, full_bias) in cases {
+            let (blocks, w) = random_blocks(fmt, n, k, &mut rng);
+            let rows: usize = lead.iter().product();
+            let x = rng.vec(rows * k, -2.0, 2.0);
+            let dims = |last: usize| {
+                let mut d: Vec<String> = lead.iter().map(|v| v.to_string()).collect();
+                d.push(last.to_string());
+                d.join(", ")
+            };
+            let (bias_shape, bias_dims) =
+                if full_bias { (dims(n), [lead, &[n]].concat()) } else { (n.to_string(), vec![n]) };
+            let bias = rng.vec(bias_dims.iter().product(), -1.0, 1.0);
+            let body = format!(
+                ".input %x f32[{}]\n.input %bias f32[{bias_shape}]\n.output y f32[{}]\nALLOC %t: f32[{}]\n",
+                dims(k),
+                dims(n),
+                dims(n)
+            );
+            let tail = "STORE y, %t\nFREE %t\n";
+            let quant = build(&format!(
+                ".const %w {}[{n}, {k}] = blocks(\"{}\")\n{body}MATMUL %t, %x, %w, tb{extra}\n{tail}",
+                fmt.name(),
+                hex(&blocks)
+            ));
+            let plain =
+                build(&format!(".input %w f32[{n}, {k}]\n{body}MATMUL %t, %x, %w, tb{extra}\n{tail}"));
+            let xs: Vec<usize> = lead.iter().copied().chain([k]).collect();
+            let ins = [("x", f32s(&xs, &x)), ("bias", f32s(&bias_dims, &bias))];
+            let mut with_w = ins.to_vec();
+            with_w.push(("w", f32s(&[n, k], &w)));
+            let want = outputs(&plain, &with_w, cpu.clone())["y"].clone();
+            let got = outputs(&quant, &ins, vulkan.clone())["y"].clone();
+            assert!(
+                got == want,
+                "{} {lead:?}x{k} @ [{n}, {k}]{extra} on vulkan: not the bits of the f32 MATMUL",
+                fmt.name()
+            );
+        }
+    }
+    // GATHER from a table of a model's embedding shape.
+    for fmt in [Fmt::Q8_0, Fmt::Q4_1] {
+        let (rows, k) = (1000, 576);
+        let (blocks, w) = random_blocks(fmt, rows, k, &mut rng);
+        let ids: Vec<i32> = (0..70).map(|i| (i * 389 % rows) as i32).collect();
+        let p = build(&format!(
+            ".const %e {}[{rows}, {k}] = blocks(\"{}\")\n.input %ids i32[70]\n.output y f32[70, {k}]\n\
+             ALLOC %t: f32[70, {k}]\nGATHER %t, %e, %ids\nSTORE y, %t\nFREE %t\n",
+            fmt.name(),
+            hex(&blocks)
+        ));
+        let got = outputs(&p, &[("ids", i32s(&[70], &ids))], vulkan.clone())["y"].to_f32().unwrap();
+        let want: Vec<f32> =
+            ids.iter().flat_map(|&i| w[i as usize * k..(i as usize + 1) * k].to_vec()).collect();
+        let same = got.len() == want.len() && got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{} GATHER of 70 rows of [{rows}, {k}] on vulkan", fmt.name());
     }
 }
 

@@ -1,6 +1,7 @@
 //! ggml's block-quantized formats decoded to f32, written once: the assembler's `gguf(...)`,
 //! the CPU executor's quantized MATMUL and GATHER, and the tests all call these, and the Vulkan
-//! kernels (`shaders/*_q.comp`) repeat them in GLSL, checked bit for bit by tests/quant.rs.
+//! kernels (`shaders/include/matmul_q.glsl` for `shaders/matmul_q_{vec,tile}.comp`, and
+//! `shaders/gather_q.comp`) repeat them in GLSL, checked bit for bit by tests/quant.rs.
 //!
 //! Exactness (why one definition serves every executor): a value is `d · q` (Q8_0) or
 //! `d · q + m` (Q4_1) with `d`, `m` f16 widened to f32 (exact) and `q` a small integer. The

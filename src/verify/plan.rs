@@ -9,7 +9,7 @@
 use thiserror::Error;
 
 use super::VerifiedProgram;
-use crate::format::{Program, TensorKind};
+use crate::format::{ConstData, Program, TensorKind};
 use crate::isa::{DType, Dim, MAX_DIM, MAX_ELEMENTS};
 
 /// Alignment of every temporary in the arena: enough for any SIMD load, and the largest
@@ -130,7 +130,11 @@ impl VerifiedProgram {
         let sizes = p
             .tensors
             .iter()
-            .map(|t| bytes(p, t.dtype, &t.shape, dims, || format!("tensor %{}", t.name)))
+            .map(|t| match t.kind {
+                // Block-quantized constants are held (in host and device memory) as stored.
+                TensorKind::Const(ConstData::Blocks { len, .. }) => Ok(len),
+                _ => bytes(p, t.dtype, &t.shape, dims, || format!("tensor %{}", t.name)),
+            })
             .collect::<Result<Vec<u64>, _>>()?;
         let output_sizes = p
             .outputs

@@ -822,6 +822,28 @@ impl Vm {
                 let row: usize = tshape[1..].iter().product();
                 let count = n_of(f, indices) as usize;
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
+                if let Some(format) = super::block_format(p, table) {
+                    // The table's blocks as stored, dequantized by the kernel.
+                    let t = self.src(p, f, table)?;
+                    let ix = self.src(p, f, indices)?;
+                    let slot = self.index_check(p, index, indices, rows, "table", false)?;
+                    self.with_dst_f32(f, p, dst, |g, d| {
+                        data::gather_blocks(
+                            g.exec.kernels(),
+                            &mut g.rec,
+                            d,
+                            format,
+                            &t,
+                            rows,
+                            row,
+                            &ix,
+                            count,
+                            &g.status.whole(),
+                            slot,
+                        )
+                    })?;
+                    return Ok((Flow::Next, cost));
+                }
                 let t = self.src_words(p, f, table, dst)?;
                 let ix = self.src(p, f, indices)?;
                 let slot = self.index_check(p, index, indices, rows, "table", false)?;
@@ -1022,6 +1044,21 @@ impl Vm {
                 let k = if ta { gs.a[gs.a.len() - 2] } else { gs.a[gs.a.len() - 1] } as u64;
                 cost =
                     (2 * n_of(f, dst) * k, (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * dt(dst).size() as u64);
+                // b block-quantized: its blocks as stored, dequantized by the kernels (both
+                // tiers: the strict bits).
+                if let Some(format) = super::block_format(p, b) {
+                    let va = self.src_f32(p, f, a, dst, false)?;
+                    let vb = self.src(p, f, b)?;
+                    let vbias = match bias {
+                        Some(t) => Some((self.src_f32(p, f, t, dst, false)?, shape(f, t))),
+                        None => None,
+                    };
+                    self.with_dst_f32(f, p, dst, |g, d| {
+                        let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
+                        rows::matmul_blocks(g.exec.kernels(), &mut g.rec, &gs, act, format, d, &va, &vb, bias)
+                    })?;
+                    return Ok((Flow::Next, cost));
+                }
                 // Fast tier, f16 or bf16 operands and output: straight from their 16-bit bytes on
                 // cooperative matrices where the device has them (f32 sums, the output rounded
                 // once).

@@ -671,6 +671,62 @@ pub fn gather(
     launch_kernel(rec, &kernel, &bindings, &push, (total / unit).max(count as u64))
 }
 
+/// GATHER from a block-quantized table: `dst[i, :]` = the `k` f32 values of row `indices[i]`
+/// of the `[rows, k]` table whose `format` blocks `table` holds as stored (`k` a multiple of
+/// 32), exactly `numerics::quant`'s (shaders/gather_q.comp). Out-of-range indices are reported
+/// through `status[slot]` as for [`gather`], their rows left unwritten.
+#[allow(clippy::too_many_arguments)]
+pub fn gather_blocks(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    format: crate::isa::BlockFormat,
+    table: &Slice,
+    rows: usize,
+    row: usize,
+    indices: &Slice,
+    count: usize,
+    status: &Slice,
+    slot: u32,
+) -> Result<(), VulkanError> {
+    if count == 0 || row == 0 {
+        return Ok(());
+    }
+    let qk = crate::isa::BlockFormat::BLOCK_ELEMS;
+    if !row.is_multiple_of(qk) {
+        return Err(invalid(format!("a block-quantized table's rows of {row} values are not whole blocks")));
+    }
+    let total = (count as u64)
+        .checked_mul(row as u64)
+        .ok_or_else(|| invalid(format!("{count} rows of {row} values overflow")))?;
+    let table_bytes = (rows as u64)
+        .checked_mul((row / qk) as u64)
+        .and_then(|b| b.checked_mul(format.block_bytes() as u64))
+        .ok_or_else(|| invalid(format!("a table of {rows} rows of {row} values overflows")))?;
+    if table.len != table_bytes {
+        return Err(invalid(format!(
+            "the table: {} bytes of {} blocks where [{rows}, {row}] takes {table_bytes}",
+            table.len,
+            format.name()
+        )));
+    }
+    let push = [
+        to_u32(total, "the gathered value count")?,
+        to_u32(count as u64, "the index count")?,
+        to_u32(rows as u64, "the table's row count")?,
+        to_u32(row as u64, "the row length")?,
+        slot,
+    ];
+    to_u32(table_bytes, "the table's byte count")?;
+    fits(dst, "the destination", total)?;
+    fits(indices, "the indices", count as u64)?;
+    fits(status, "the status buffer", u64::from(slot) + 1)?;
+    let bindings =
+        [Binding::write(dst), Binding::read(table), Binding::read(indices), Binding::write(status)];
+    let kernel = k.specialized("gather_q", &[super::rows::block_format_code(format)])?;
+    launch_kernel(rec, &kernel, &bindings, &push, total.max(count as u64))
+}
+
 /// SCATTER: `dst[indices[i], :] = src[i, :]` for i in 0..count, rows of `row` 32-bit words,
 /// `dst` of `rows` rows, `indices` i32; rows no index names keep their values, and where
 /// indices repeat the highest i wins (`reference::scatter`). When any index lies outside

@@ -41,7 +41,7 @@ use crate::exec::cpu::reference::{self, MatmulShape};
 use crate::exec::vulkan::coopmat2::Coopmat2;
 use crate::exec::vulkan::ops::data;
 use crate::exec::vulkan::{Binding, Buffer, Kernel, Kernels, Recorder, Slice, VulkanError};
-use crate::isa::{Act, DType, Tier};
+use crate::isa::{Act, BlockFormat, DType, Tier};
 
 mod reduce;
 pub use reduce::{reduce, reduce_in, reduce_partials, reduce_with, REDUCE_MIN_SEGMENT};
@@ -548,6 +548,130 @@ pub fn matmul_with(
     }
     if act == Act::Gelu {
         gelu_after(k, rec, tier, dst, plan.out_elems)?;
+    }
+    Ok(())
+}
+
+/// Rows of a from which [`matmul_blocks`] runs the tiled kernel (shaders/matmul_q_tile.comp)
+/// rather than the matrix-vector one (shaders/matmul_q_vec.comp, which keeps one accumulator
+/// per row in each thread: at most 8).
+pub const BLOCKS_VEC_MAX_M: u64 = 8;
+
+/// The k a chunk of shaders/matmul_q_vec.comp (CB blocks): its dispatches start on whole chunks.
+const BLOCKS_VEC_CHUNK: u64 = 8 * BlockFormat::BLOCK_ELEMS as u64;
+
+/// The code of `format` in shaders/include/matmul_q.glsl and shaders/gather_q.comp (`FORMAT`).
+pub fn block_format_code(format: BlockFormat) -> u32 {
+    match format {
+        BlockFormat::Q8_0 => 0,
+        BlockFormat::Q4_1 => 1,
+    }
+}
+
+/// MATMUL with a block-quantized `b`: `dst = act(op(a) @ b^T + bias)` where `b` is `[n, k]`
+/// (`g.b`, with `g.tb`; `k` a multiple of 32) held as `format`'s blocks, `blocks` their bytes
+/// as stored; the bits are those of [`matmul`] over the dequantized f32 matrix
+/// (`numerics::quant`), in either tier. `a`, the bias and `dst` are f32 as for [`matmul`], `a`
+/// with any batch axes (`b` has none). At most [`BLOCKS_VEC_MAX_M`] rows of a (a batch's):
+/// shaders/matmul_q_vec.comp, which reads each block once for all the rows; more:
+/// shaders/matmul_q_tile.comp, 64 x 64 output tiles with b's blocks dequantized into shared
+/// memory. Where every batch of `a` is contiguous and the bias (if any) is the same for all
+/// rows, the batches are taken as rows of one matrix (the same outputs; b read once).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_blocks(
+    k: &Kernels,
+    rec: &mut Recorder,
+    g: &MatmulShape,
+    act: Act,
+    format: BlockFormat,
+    dst: &Slice,
+    a: &Slice,
+    blocks: &Slice,
+    bias: Option<(&Slice, &[usize])>,
+) -> Result<(), VulkanError> {
+    if !g.tb || g.b.len() != 2 {
+        return Err(invalid(format!(
+            "a block-quantized matmul b must be [N, K] with tb (b {:?}, tb {})",
+            g.b, g.tb
+        )));
+    }
+    let qk = BlockFormat::BLOCK_ELEMS;
+    let (n, kk) = (g.b[0], g.b[1]);
+    if !kk.is_multiple_of(qk) {
+        return Err(invalid(format!(
+            "a block-quantized matmul b's rows of {kk} values are not whole blocks"
+        )));
+    }
+    let want = (n as u64)
+        .checked_mul((kk / qk) as u64)
+        .and_then(|b| b.checked_mul(format.block_bytes() as u64))
+        .filter(|&b| b <= u64::from(u32::MAX))
+        .ok_or_else(|| {
+            invalid(format!("b [{n}, {kk}] in {} blocks overflows 32-bit byte offsets", format.name()))
+        })?;
+    if blocks.len != want {
+        return Err(invalid(format!(
+            "matmul b: {} bytes of {} blocks where [{n}, {kk}] takes {want}",
+            blocks.len,
+            format.name()
+        )));
+    }
+    // Batches of a contiguous [.., m, k] a with a bias that is one row ([n]) or none: rows of
+    // one [batches * m, k] matrix.
+    let merged;
+    let g = match bias.map(|(_, s)| s) {
+        Some(s) if s.len() > 1 => g,
+        _ if !g.ta
+            && g.a.len() > 2
+            && g.out.len() == g.a.len()
+            && g.out[..g.out.len() - 2] == g.a[..g.a.len() - 2] =>
+        {
+            let rows: usize = g.a[..g.a.len() - 1].iter().product();
+            merged =
+                MatmulShape { a: vec![rows, kk], b: g.b.clone(), out: vec![rows, n], ta: false, tb: true };
+            &merged
+        }
+        _ => g,
+    };
+    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
+    check_len("matmul a", a, plan.a_elems)?;
+    check_len("matmul destination", dst, plan.out_elems)?;
+    if let Some((s, _)) = bias {
+        check_len("matmul bias", s, plan.bias_elems)?;
+    }
+    if plan.out_elems == 0 {
+        return Ok(());
+    }
+    let act_code = match act {
+        Act::None | Act::Gelu => 0u32,
+        Act::Relu => 1,
+    };
+    let vec = u64::from(plan.m) <= BLOCKS_VEC_MAX_M;
+    let chunk = if vec { BLOCKS_VEC_CHUNK } else { qk as u64 };
+    let span = gemm_k_span_env().unwrap_or_else(|| gemm_k_span(rec.device().info()));
+    let span = (span / chunk).max(1) * chunk;
+    let span32 = u32::try_from(span).unwrap_or(u32::MAX);
+    let code = block_format_code(format);
+    let (kernel, groups) = if vec {
+        (k.specialized("matmul_q_vec", &[code, span32, plan.m])?, plan.tiles(u64::from(plan.m.max(1)), 64u64))
+    } else {
+        (k.specialized("matmul_q_tile", &[code, span32])?, plan.tiles(64u64, 64u64))
+    };
+    let mut push = plan.push_constants(g, act_code, bias.is_some(), 0);
+    let bias_slice = bias.map_or(a, |(s, _)| s);
+    let bindings = [Binding::write(dst), Binding::read(a), Binding::read(blocks), Binding::read(bias_slice)];
+    let groups = grid(rec, &Tuning::default(), groups)?;
+    let mut k_begin = 0u64;
+    loop {
+        push[28] = w(k_begin);
+        rec.dispatch(&kernel, &bindings, &push, groups)?;
+        k_begin += span;
+        if k_begin >= u64::from(plan.k) {
+            break;
+        }
+    }
+    if act == Act::Gelu {
+        gelu_after(k, rec, Tier::Strict, dst, plan.out_elems)?;
     }
     Ok(())
 }
