@@ -431,6 +431,24 @@ fn malformed_blocks_constants_are_refused() {
     assert!(err.contains("stores q4_1 blocks, whose values are f32, so its dtype must be f32"), "{err}");
     let err = with(&|t| t.shape = vec![Dim::Const(4), Dim::Const(32)]);
     assert!(err.contains("inner dimensions differ"), "{err}");
+    // A scale that is not finite (f16 inf in block 1's `d`): refused by the assembler at the
+    // value, and by the verifier in a .bib.
+    let mut raw = random_blocks(Fmt::Q4_1, 2, 64, &mut Rng(8)).0;
+    raw[20..22].copy_from_slice(&0x7c00u16.to_le_bytes());
+    let err = try_build(&format!(".const %w q4_1[2, 64] = blocks(\"{}\")\n", hex(&raw))).unwrap_err();
+    assert!(err.contains("block 1 of `%w` has a scale or min that is not finite (f16 bits 0x7c00)"), "{err}");
+    let mut p = good.clone();
+    let mut data = p.data.to_vec();
+    let TensorKind::Const(ConstData::Blocks { offset, .. }) = p.tensors[0].kind else { unreachable!() };
+    data[offset as usize + 42..offset as usize + 44].copy_from_slice(&0xfe00u16.to_le_bytes());
+    p.data = adeadvm::format::Blob::from_vec(data);
+    let err = verify(p);
+    assert!(
+        err.contains(
+            "block 2 of constant q4_1[2, 64] has a scale or min that is not finite (f16 bits 0xfe00)"
+        ),
+        "{err}"
+    );
     let err = with(&|t| t.shape = vec![Dim::Const(8), Dim::Const(16)]);
     assert!(err.contains("constant q4_1[8, 16] stores q4_1 blocks along its last axis"), "{err}");
 }

@@ -786,6 +786,24 @@ fn load_gguf(
     Ok(ConstValue::Bytes(out))
 }
 
+/// The blocks as they are, unless one has a scale or min that is not finite.
+fn finite_blocks(t: &ConstTarget, format: BlockFormat, out: Vec<u8>, span: Span) -> Result<ConstValue, Diag> {
+    match crate::numerics::quant::first_nonfinite(format, &out) {
+        None => Ok(ConstValue::Bytes(out)),
+        Some((block, bits)) => Err(Diag::other(
+            format!(
+                "block {block} of `%{}` has a scale or min that is not finite (f16 bits {bits:#06x})",
+                t.name
+            ),
+            "in these blocks",
+            span,
+        )
+        .note(format!(
+            "{format} values must be finite numbers: a NaN's bits would differ between executors"
+        ))),
+    }
+}
+
 /// The value of a block-quantized constant (`.const %w q4_1[N, K] = ...`): its blocks as
 /// stored, from `gguf("path", "tensor")` (a tensor of exactly that ggml type and shape: never
 /// re-encoded) or `blocks("hex")` (the raw block bytes). The last dimension must be whole
@@ -841,7 +859,7 @@ pub fn materialize_blocks(t: &ConstTarget, format: BlockFormat, value: &Arg) -> 
             }
             let mut out = alloc_bytes(t, bytes, tname.span.clone())?;
             out.extend_from_slice(tensor.data);
-            Ok(ConstValue::Bytes(out))
+            finite_blocks(t, format, out, tname.span.clone())
         }
         ("blocks", [hex]) => {
             let ArgNode::Str(text) = &hex.node else {
@@ -860,7 +878,7 @@ pub fn materialize_blocks(t: &ConstTarget, format: BlockFormat, value: &Arg) -> 
                 )
                 .note(format!("a {format} block is {} bytes for 32 values", format.block_bytes())));
             }
-            Ok(ConstValue::Bytes(out))
+            finite_blocks(t, format, out, hex.span.clone())
         }
         _ => Err(wrong_value(value, &expected)),
     }

@@ -21,6 +21,24 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
 }
 
+/// The first block (in `blocks`, whole blocks of `format`) whose f16 scale or min is not finite,
+/// with those f16 bits. A program's blocks must have none: then every value is finite (at most
+/// 65504 · 127 + 65504 in magnitude), so no NaN, whose bits executors would give differently,
+/// can come out of a dequantization. The assembler and the verifier both refuse such blocks.
+pub fn first_nonfinite(format: BlockFormat, blocks: &[u8]) -> Option<(usize, u16)> {
+    let fields: &[usize] = match format {
+        BlockFormat::Q8_0 => &[0],
+        BlockFormat::Q4_1 => &[0, 2],
+    };
+    blocks.chunks_exact(format.block_bytes()).enumerate().find_map(|(i, b)| {
+        fields
+            .iter()
+            .map(|&at| u16::from_le_bytes([b[at], b[at + 1]]))
+            .find(|h| h & 0x7c00 == 0x7c00)
+            .map(|h| (i, h))
+    })
+}
+
 /// Decodes one block (`format.block_bytes()` bytes) into its 32 values.
 ///
 /// Panics if `block` is shorter than a block.

@@ -124,6 +124,13 @@ pub fn check_tables(cx: &Ctx) -> Result<(), VerifyError> {
                             )));
                         }
                         check_data_range(p, offset, len).map_err(err)?;
+                        let bytes = p.data.get(offset as usize..(offset + len) as usize).unwrap_or_default();
+                        if let Some((block, bits)) = crate::numerics::quant::first_nonfinite(format, bytes) {
+                            return Err(err(format!(
+                                "block {block} of constant {format}{} has a scale or min that is not finite (f16 bits {bits:#06x}); {format} blocks must hold finite numbers",
+                                cx.shape(&t.shape)
+                            )));
+                        }
                     }
                     ConstData::Splat(bits) => {
                         if t.dtype.size() == 2 && bits > 0xFFFF {
