@@ -163,6 +163,18 @@ pub fn gemm_blocks(
     assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm_blocks: A slice too short for its shape");
     // The split among threads looks at the shape only (`b` is not read by `run_tasks`).
     let whole = Operands { m, n, k, a, a_rs, a_cs, b: &[], b_rs: 1, b_cs: k };
+    #[cfg(target_arch = "x86_64")]
+    if ctx.level >= SimdLevel::Avx2 && m <= GEMV_MAX_M && a_cs == 1 && std::arch::is_x86_feature_detected!("f16c") {
+        let strict = ctx.tier == Tier::Strict;
+        run_tasks(ctx, &whole, c, (m, 8), GEMV_PAR_MIN_WORK, |rect, out| {
+            let _ftz = strict.then(FtzGuard::new);
+            // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS) reported
+            // AVX2 and FMA on this CPU (`SimdLevel::detect`), F16C was just detected, and the
+            // shapes were checked above; `rect` is this task's own part of the output.
+            unsafe { x86::gemv_tb_blocks_rect(strict, format, blocks, &whole, rect, out) }
+        });
+        return;
+    }
     let slab = slab_rows(k);
     let min_work = if m <= GEMV_MAX_M { GEMV_PAR_MIN_WORK } else { PAR_MIN_WORK };
     run_tasks(ctx, &whole, c, (MR, NR), min_work, |rect, out| {
@@ -630,33 +642,8 @@ mod x86 {
             let mut p = 0;
             while p < kb {
                 let v: [__m256; 8] = std::array::from_fn(|l| _mm256_loadu_ps(rows[l].add(p)));
-                // Transpose: cols[q] lane l = B(p + q, j + l).
-                let t0 = _mm256_unpacklo_ps(v[0], v[1]);
-                let t1 = _mm256_unpackhi_ps(v[0], v[1]);
-                let t2 = _mm256_unpacklo_ps(v[2], v[3]);
-                let t3 = _mm256_unpackhi_ps(v[2], v[3]);
-                let t4 = _mm256_unpacklo_ps(v[4], v[5]);
-                let t5 = _mm256_unpackhi_ps(v[4], v[5]);
-                let t6 = _mm256_unpacklo_ps(v[6], v[7]);
-                let t7 = _mm256_unpackhi_ps(v[6], v[7]);
-                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-                let cols = [
-                    _mm256_permute2f128_ps::<0x20>(u0, u4),
-                    _mm256_permute2f128_ps::<0x20>(u1, u5),
-                    _mm256_permute2f128_ps::<0x20>(u2, u6),
-                    _mm256_permute2f128_ps::<0x20>(u3, u7),
-                    _mm256_permute2f128_ps::<0x31>(u0, u4),
-                    _mm256_permute2f128_ps::<0x31>(u1, u5),
-                    _mm256_permute2f128_ps::<0x31>(u2, u6),
-                    _mm256_permute2f128_ps::<0x31>(u3, u7),
-                ];
+                // cols[q] lane l = B(p + q, j + l).
+                let cols = transpose8(v);
                 for (i, acc) in acc.iter_mut().enumerate().take(m) {
                     let ai = a.add(i * a_rs + p);
                     for (q, col) in cols.iter().enumerate() {
@@ -693,6 +680,167 @@ mod x86 {
                 let mut acc = 0.0f32;
                 for p in 0..k {
                     let (x, y) = (*a.add(i * a_rs + p), *b.add(j * b_cs + p));
+                    acc = if STRICT { nx::add(acc, nx::mul(x, y)) } else { x.mul_add(y, acc) };
+                }
+                if STRICT {
+                    acc = nx::canon(acc);
+                }
+                *out.ptr.add(i * out.n + j) = acc;
+            }
+        }
+    }
+
+    /// The 8×8 transpose of eight vectors in registers: lane `l` of result `q` is lane `q` of
+    /// `v[l]`.
+    ///
+    /// # Safety
+    /// Inlined into a function compiled for AVX.
+    #[inline(always)]
+    unsafe fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
+        let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+        let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+        let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+        let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+        let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+        let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+        let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+        let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
+    }
+
+    /// The matrix-vector kernel over block-quantized B (see [`gemm_blocks`]): [`gemv_tb`]'s
+    /// loop with B's 8×8 blocks decoded in registers instead of loaded, so the weights are read
+    /// once, as blocks. Per block of 32 values and eight rows of B: the eight scales (and Q4_1
+    /// minimums) are widened from f16 to one vector (lane `l` = row `l`'s), and each quarter of
+    /// the block's quants is widened to i32 and converted to f32 (exact), transposed, and turned
+    /// into values by `d · q` (and `+ m`): the same IEEE operations on the same operands as
+    /// `numerics::quant::dequantize_block`, and neither is ever an f32 denormal (see that
+    /// module), so the values are its bits under FTZ/DAZ too. They then feed the per-output
+    /// chains exactly as in [`gemv_tb`]; the last `n % 8` rows are decoded by
+    /// `numerics::quant` and take the scalar chain.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `ops` has `a_cs == 1`, `m <= GEMV_MAX_M`, `k` a
+    /// multiple of 32 and `a` long enough for its shape, `blocks` holds at least `ops.n` rows
+    /// of `k` values in `format` (checked by [`gemm_blocks`]); `r` is a rectangle of the
+    /// output `out` points to that no other task writes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn gemv_tb_blocks_rect(
+        strict: bool,
+        format: BlockFormat,
+        blocks: &[u8],
+        ops: &Operands,
+        r: Rect,
+        out: OutPtr,
+    ) {
+        match (strict, format) {
+            (true, BlockFormat::Q8_0) => gemv_tb_blocks::<true, false>(blocks, ops, r, out),
+            (true, BlockFormat::Q4_1) => gemv_tb_blocks::<true, true>(blocks, ops, r, out),
+            (false, BlockFormat::Q8_0) => gemv_tb_blocks::<false, false>(blocks, ops, r, out),
+            (false, BlockFormat::Q4_1) => gemv_tb_blocks::<false, true>(blocks, ops, r, out),
+        }
+    }
+
+    /// Eight little-endian f16 bit patterns, one at `offset` of each block, widened to f32.
+    ///
+    /// # Safety
+    /// Inlined into a function compiled for F16C; two bytes readable at each `block[l] + offset`.
+    #[inline(always)]
+    unsafe fn f16x8(block: &[*const u8; 8], offset: usize) -> __m256 {
+        let h = |l: usize| u16::from_le_bytes(std::ptr::read_unaligned(block[l].add(offset) as *const [u8; 2])) as i16;
+        _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
+    }
+
+    #[inline(always)]
+    unsafe fn gemv_tb_blocks<const STRICT: bool, const Q4_1: bool>(
+        blocks: &[u8],
+        ops: &Operands,
+        r: Rect,
+        out: OutPtr,
+    ) {
+        let (m, k) = (ops.m, ops.k);
+        let (a, a_rs) = (ops.a.as_ptr(), ops.a_rs);
+        let format = if Q4_1 { BlockFormat::Q4_1 } else { BlockFormat::Q8_0 };
+        let block_bytes = format.block_bytes();
+        let row_blocks = k / BlockFormat::BLOCK_ELEMS;
+        let row_bytes = row_blocks * block_bytes;
+        let base = blocks.as_ptr();
+        let low_nibble = _mm256_set1_epi32(0x0f);
+        let mut j = r.j0;
+        while j + 8 <= r.j1 {
+            let mut acc = [<__m256 as Lanes>::zero(); GEMV_MAX_M];
+            for blk in 0..row_blocks {
+                let block: [*const u8; 8] =
+                    std::array::from_fn(|l| base.add((j + l) * row_bytes + blk * block_bytes));
+                let d = f16x8(&block, 0);
+                let min = if Q4_1 { f16x8(&block, 2) } else { <__m256 as Lanes>::zero() };
+                // Quarter `c` of a block: values 8c..8c+8. Q8_0: bytes 2 + 8c.., as i8. Q4_1:
+                // value v < 16 is the low nibble of byte 4 + v, value v >= 16 the high nibble
+                // of byte 4 + v - 16.
+                for c in 0..4 {
+                    let q: [__m256; 8] = std::array::from_fn(|l| {
+                        let ints = if Q4_1 {
+                            let bytes = _mm_loadl_epi64(block[l].add(4 + (c & 1) * 8) as *const __m128i);
+                            let wide = _mm256_cvtepu8_epi32(bytes);
+                            if c < 2 {
+                                _mm256_and_si256(wide, low_nibble)
+                            } else {
+                                _mm256_srli_epi32::<4>(wide)
+                            }
+                        } else {
+                            _mm256_cvtepi8_epi32(_mm_loadl_epi64(block[l].add(2 + c * 8) as *const __m128i))
+                        };
+                        _mm256_cvtepi32_ps(ints)
+                    });
+                    // cols[t] lane l = B(p + t, j + l) once scaled.
+                    let mut cols = transpose8(q);
+                    for col in cols.iter_mut() {
+                        *col = _mm256_mul_ps(*col, d);
+                        if Q4_1 {
+                            *col = _mm256_add_ps(*col, min);
+                        }
+                    }
+                    let p = blk * BlockFormat::BLOCK_ELEMS + c * 8;
+                    for (i, acc) in acc.iter_mut().enumerate().take(m) {
+                        let ai = a.add(i * a_rs + p);
+                        for (t, col) in cols.iter().enumerate() {
+                            *acc = mul_add::<__m256, STRICT>(*acc, _mm256_set1_ps(*ai.add(t)), *col);
+                        }
+                    }
+                }
+            }
+            for (i, acc) in acc.iter().enumerate().take(m) {
+                let v = if STRICT { canon_nan(*acc) } else { *acc };
+                // SAFETY (of the store): row i, columns j..j+8 lie in this task's rectangle.
+                _mm256_storeu_ps(out.ptr.add(i * out.n + j), v);
+            }
+            j += 8;
+        }
+        // The last rows of B: decoded one at a time, then the same chains as above.
+        let mut row = vec![0.0f32; if j < r.j1 { k } else { 0 }];
+        for j in j..r.j1 {
+            crate::numerics::quant::dequantize_rows(format, blocks, k, j..j + 1, &mut row);
+            for i in 0..m {
+                let mut acc = 0.0f32;
+                for (p, &y) in row.iter().enumerate() {
+                    let x = *a.add(i * a_rs + p);
                     acc = if STRICT { nx::add(acc, nx::mul(x, y)) } else { x.mul_add(y, acc) };
                 }
                 if STRICT {
