@@ -188,7 +188,7 @@ pub fn gemm_blocks(
             for j0 in (rect.j0..rect.j1).step_by(slab) {
                 let w = slab.min(rect.j1 - j0);
                 let rows = aligned(buf, w * k);
-                crate::numerics::quant::dequantize_rows(format, blocks, k, j0..j0 + w, rows);
+                dequantize_slab(ctx, format, blocks, k, j0..j0 + w, rows);
                 let ops = Operands { m, n: w, k, a, a_rs, a_cs, b: rows, b_rs: 1, b_cs: k };
                 // Columns j0..j0+w of C are columns 0..w of this slab's product.
                 let sub = OutPtr { ptr: out.ptr.wrapping_add(j0), n: out.n };
@@ -196,6 +196,30 @@ pub fn gemm_blocks(
             }
         })
     });
+}
+
+/// `numerics::quant::dequantize_rows`, vectorized where the CPU allows (AVX2 and F16C): the
+/// same operations on the same operands, so the same values (see [`x86::dequantize_rows`]).
+fn dequantize_slab(
+    ctx: &Ctx,
+    format: BlockFormat,
+    blocks: &[u8],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if ctx.level >= SimdLevel::Avx2 && std::arch::is_x86_feature_detected!("f16c") {
+        let row_bytes = k / BlockFormat::BLOCK_ELEMS * format.block_bytes();
+        let src = &blocks[rows.start * row_bytes..rows.end * row_bytes];
+        let out = &mut out[..rows.len() * k];
+        // SAFETY: AVX2 was reported by CPUID and the OS (`SimdLevel::detect`) and F16C was
+        // just detected; `src` holds exactly the blocks of `out.len()` values (both sliced
+        // above, which panics rather than reading past either).
+        unsafe { x86::dequantize_rows(format, src, out) };
+        return;
+    }
+    crate::numerics::quant::dequantize_rows(format, blocks, k, rows, out)
 }
 
 /// Runs the kernel [`gemm`] would pick for `ops` on one rectangle of the output, on this
@@ -847,6 +871,50 @@ mod x86 {
                     acc = nx::canon(acc);
                 }
                 *out.ptr.add(i * out.n + j) = acc;
+            }
+        }
+    }
+
+    /// Decodes whole blocks of `format` from `src` into `out` (`out.len()` values, a multiple
+    /// of 32; `src` exactly their blocks): per block, the f16 scale (and Q4_1 minimum) widened
+    /// by F16C (exact, as `half`'s conversion), each eight quants widened to i32 and converted
+    /// to f32 (exact), then `d · q` (and `+ m`): the operations of
+    /// `numerics::quant::dequantize_block` in the same order, on the same operands, so the same
+    /// values, which are never f32 denormals (FTZ/DAZ cannot change them).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn dequantize_rows(format: BlockFormat, src: &[u8], out: &mut [f32]) {
+        let block_bytes = format.block_bytes();
+        assert!(out.len() / BlockFormat::BLOCK_ELEMS * block_bytes == src.len() && out.len().is_multiple_of(32));
+        let low_nibble = _mm256_set1_epi32(0x0f);
+        // The f16 at `b`, widened, in every lane.
+        let f16 = |b: *const u8| {
+            let bits = u16::from_le_bytes(std::ptr::read_unaligned(b as *const [u8; 2]));
+            _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+        };
+        for (o, b) in out.chunks_exact_mut(BlockFormat::BLOCK_ELEMS).zip(src.chunks_exact(block_bytes)) {
+            let (o, b) = (o.as_mut_ptr(), b.as_ptr());
+            let d = f16(b);
+            match format {
+                BlockFormat::Q8_0 => {
+                    for c in 0..4 {
+                        let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(2 + 8 * c) as *const __m128i));
+                        _mm256_storeu_ps(o.add(8 * c), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+                    }
+                }
+                BlockFormat::Q4_1 => {
+                    let m = f16(b.add(2));
+                    for half in 0..2 {
+                        let bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(4 + 8 * half) as *const __m128i));
+                        // Byte j holds value j (low nibble) and value j + 16 (high nibble).
+                        let lo = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, low_nibble));
+                        let hi = _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(bytes));
+                        _mm256_storeu_ps(o.add(8 * half), _mm256_add_ps(_mm256_mul_ps(d, lo), m));
+                        _mm256_storeu_ps(o.add(16 + 8 * half), _mm256_add_ps(_mm256_mul_ps(d, hi), m));
+                    }
+                }
             }
         }
     }
