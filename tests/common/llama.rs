@@ -108,7 +108,7 @@ fn dequantize_block(format: Format, b: &[u8], out: &mut Vec<f32>) {
 
 /// Quantizes `x` ([_, cols], row-major, cols a multiple of 32) block by block.
 pub fn quantize(format: Format, x: &[f32], cols: usize) -> Quantized {
-    assert!(cols % 32 == 0 && x.len() % cols == 0);
+    assert!(cols.is_multiple_of(32) && x.len().is_multiple_of(cols));
     let mut blocks = Vec::new();
     for chunk in x.chunks_exact(32) {
         match format {

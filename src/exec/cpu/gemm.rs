@@ -164,7 +164,11 @@ pub fn gemm_blocks(
     // The split among threads looks at the shape only (`b` is not read by `run_tasks`).
     let whole = Operands { m, n, k, a, a_rs, a_cs, b: &[], b_rs: 1, b_cs: k };
     #[cfg(target_arch = "x86_64")]
-    if ctx.level >= SimdLevel::Avx2 && m <= GEMV_MAX_M && a_cs == 1 && std::arch::is_x86_feature_detected!("f16c") {
+    if ctx.level >= SimdLevel::Avx2
+        && m <= GEMV_MAX_M
+        && a_cs == 1
+        && std::arch::is_x86_feature_detected!("f16c")
+    {
         let strict = ctx.tier == Tier::Strict;
         run_tasks(ctx, &whole, c, (m, 8), GEMV_PAR_MIN_WORK, |rect, out| {
             let _ftz = strict.then(FtzGuard::new);
@@ -788,7 +792,9 @@ mod x86 {
     /// Inlined into a function compiled for F16C; two bytes readable at each `block[l] + offset`.
     #[inline(always)]
     unsafe fn f16x8(block: &[*const u8; 8], offset: usize) -> __m256 {
-        let h = |l: usize| u16::from_le_bytes(std::ptr::read_unaligned(block[l].add(offset) as *const [u8; 2])) as i16;
+        let h = |l: usize| {
+            u16::from_le_bytes(std::ptr::read_unaligned(block[l].add(offset) as *const [u8; 2])) as i16
+        };
         _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
     }
 
@@ -887,7 +893,9 @@ mod x86 {
     #[target_feature(enable = "avx2,f16c")]
     pub(super) unsafe fn dequantize_rows(format: BlockFormat, src: &[u8], out: &mut [f32]) {
         let block_bytes = format.block_bytes();
-        assert!(out.len() / BlockFormat::BLOCK_ELEMS * block_bytes == src.len() && out.len().is_multiple_of(32));
+        assert!(
+            out.len() / BlockFormat::BLOCK_ELEMS * block_bytes == src.len() && out.len().is_multiple_of(32)
+        );
         let low_nibble = _mm256_set1_epi32(0x0f);
         // The f16 at `b`, widened, in every lane.
         let f16 = |b: *const u8| {
@@ -907,7 +915,8 @@ mod x86 {
                 BlockFormat::Q4_1 => {
                     let m = f16(b.add(2));
                     for half in 0..2 {
-                        let bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(4 + 8 * half) as *const __m128i));
+                        let bytes =
+                            _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(4 + 8 * half) as *const __m128i));
                         // Byte j holds value j (low nibble) and value j + 16 (high nibble).
                         let lo = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, low_nibble));
                         let hi = _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(bytes));
