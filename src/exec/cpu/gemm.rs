@@ -123,11 +123,15 @@ std::thread_local! {
 
 /// C[m×n] (row-major, overwritten) = A·B where B is given transposed and block-quantized:
 /// `B(p, j)` is value `p` of row `j` of the `[n, k]` matrix `blocks` holds in `format`
-/// (`k` a multiple of 32). Each task dequantizes the rows of B its columns need, a slab of
-/// [`slab_rows`] at a time (`numerics::quant`, exact), and runs [`gemm`]'s kernels on the
-/// slab: so every `C(i, j)` is the same chain as `gemm` over the dequantized f32 matrix, the
-/// same bits in every tier, while the weights are read from memory as blocks (a quarter or a
-/// sixth of their f32 size, and a language model's decode is bound by that read).
+/// (`k` a multiple of 32). With at most [`GEMV_MAX_M`] rows of A (a language model's decode
+/// step) and AVX2 with F16C, a matrix-vector kernel decodes each block of eight rows of B in
+/// registers and feeds it straight to [`gemm`]'s matrix-vector chains, so the weights are read
+/// once, as blocks. Otherwise each task dequantizes the rows of B its columns need, a slab of
+/// [`slab_rows`] at a time (vectorized where the CPU allows, exact either way), and runs
+/// [`gemm`]'s kernels on the slab. Either way every `C(i, j)` is the same chain as `gemm` over
+/// the dequantized f32 matrix, the same bits in every tier, while the weights are read from
+/// memory as blocks (a sixth (Q4_1) or about a quarter (Q8_0) of their f32 size, and a
+/// language model's decode is bound by that read).
 ///
 /// Panics if a slice is too short for the given shape and strides.
 #[allow(clippy::too_many_arguments)]
