@@ -476,6 +476,9 @@ def main():
             if not bib:
                 bib = Path(tmp) / "smollm2.bib"
                 cmd = [exe, "asm", str(ROOT / "programs" / "smollm2.s"), "-D", "WEIGHTS=%s" % gguf_path, "-o", str(bib)]
+                if args.synthetic:
+                    # The synthetic file's tensors are f32 (the real one keeps Q4_1/Q8_0 blocks).
+                    cmd += ["-D", "PROJ=f32", "-D", "EMBED=f32"]
                 run = subprocess.run(cmd, capture_output=True, text=True)
                 if run.returncode != 0:
                     sys.exit("assembling programs/smollm2.s failed: %s" % run.stderr.strip()[-2000:])

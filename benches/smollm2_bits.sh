@@ -16,7 +16,8 @@ import sys; sys.path.insert(0, 'benches'); sys.argv=['x']
 import peer_smollm2 as p
 p.SyntheticGGUF().write('$W')
 " > $OUT/write.txt 2>&1
-$B asm programs/smollm2.s -D WEIGHTS=$W -o /tmp/syn.bib > $OUT/asm.txt 2>&1
+# The synthetic file's tensors are f32, so the program's weights are declared f32 to match.
+$B asm programs/smollm2.s -D WEIGHTS=$W -D PROJ=f32 -D EMBED=f32 -o /tmp/syn.bib > $OUT/asm.txt 2>&1
 P=$(python3 -c "import numpy as np; r=np.random.default_rng(0); print(','.join(map(str, r.integers(300, 49152, size=40).tolist())))")
 Q=$(python3 -c "import numpy as np; r=np.random.default_rng(1); print(','.join(map(str, r.integers(300, 49152, size=17).tolist())))")
 for be in cpu vulkan; do

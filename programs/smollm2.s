@@ -26,8 +26,15 @@
 ;   tokens   i32[B, MAXNEW]      the generated ids in order; -1 where none was generated
 ;   logits   f32[B, KEEP, VOCAB] the logits that chose each sequence's first KEEP tokens
 ;
-; Weights are dequantized into f32 constants at assembly time (`gguf(...)`, exactly as ggml
-; defines Q4_1/Q8_0), so the .bib is about 4 bytes a parameter. The GGUF stores the q and k
+; Weights keep the GGUF's blocks by default: the projections are q4_1 and the token embedding
+; (also the tied output layer) q8_0, the file's bytes as they are, so the .bib is about the
+; GGUF's size, and MATMUL and GATHER read the blocks as the f32 values ggml's dequantization
+; defines. `-D PROJ=f32 -D EMBED=f32` dequantizes them into f32 constants at assembly time
+; instead (about 4 bytes a parameter): the same values, so the same tokens and the same bits of
+; every logit (tests/smollm2.rs). A GGUF whose tensors have other types needs those defines (or
+; ones naming its types): the assembler refuses a block type that is not the file's.
+;
+; The GGUF stores the q and k
 ; projections' rows permuted for rotary embedding on adjacent pairs (llama.cpp's convention), so
 ; RoPE here rotates adjacent pairs (x[2i], x[2i+1]) by the angle p * theta^(-2i/64), with the
 ; tables from `rope_cos`/`rope_sin`; the attention scores equal Hugging Face's rotate-half form on
@@ -55,6 +62,8 @@
 .define MAXNEW 256              ; most tokens generated per sequence
 .define KEEP 4                  ; logits kept per sequence (of its first tokens)
 .define MAXB 64                 ; most sequences in a batch
+.define PROJ q4_1               ; the projections' type: the GGUF's blocks (f32: dequantized)
+.define EMBED q8_0              ; the token embedding's (and output layer's) type, likewise
 .dim N, B, P0
 .define P1 1                    ; the rows of a decode step (P0, the prefill block's, is symbolic)
 .input %feed i32[N, B]
@@ -66,18 +75,18 @@
 .output logits f32[B, KEEP, VOCAB]
 
 .vocab gguf("${WEIGHTS}")                       ; the tokenizer, for `adeadvm generate --prompt`
-.const %embed f32[VOCAB, D] = gguf("${WEIGHTS}", "token_embd.weight")
+.const %embed ${EMBED}[VOCAB, D] = gguf("${WEIGHTS}", "token_embd.weight")
 .const %out_norm f32[D] = gguf("${WEIGHTS}", "output_norm.weight")
 .rept l ${L}
 .const %attn_norm${l} f32[D] = gguf("${WEIGHTS}", "blk.${l}.attn_norm.weight")
-.const %wq${l} f32[D, D] = gguf("${WEIGHTS}", "blk.${l}.attn_q.weight")
-.const %wk${l} f32[KVD, D] = gguf("${WEIGHTS}", "blk.${l}.attn_k.weight")
-.const %wv${l} f32[KVD, D] = gguf("${WEIGHTS}", "blk.${l}.attn_v.weight")
-.const %wo${l} f32[D, D] = gguf("${WEIGHTS}", "blk.${l}.attn_output.weight")
+.const %wq${l} ${PROJ}[D, D] = gguf("${WEIGHTS}", "blk.${l}.attn_q.weight")
+.const %wk${l} ${PROJ}[KVD, D] = gguf("${WEIGHTS}", "blk.${l}.attn_k.weight")
+.const %wv${l} ${PROJ}[KVD, D] = gguf("${WEIGHTS}", "blk.${l}.attn_v.weight")
+.const %wo${l} ${PROJ}[D, D] = gguf("${WEIGHTS}", "blk.${l}.attn_output.weight")
 .const %ffn_norm${l} f32[D] = gguf("${WEIGHTS}", "blk.${l}.ffn_norm.weight")
-.const %wgate${l} f32[FF, D] = gguf("${WEIGHTS}", "blk.${l}.ffn_gate.weight")
-.const %wup${l} f32[FF, D] = gguf("${WEIGHTS}", "blk.${l}.ffn_up.weight")
-.const %wdown${l} f32[D, FF] = gguf("${WEIGHTS}", "blk.${l}.ffn_down.weight")
+.const %wgate${l} ${PROJ}[FF, D] = gguf("${WEIGHTS}", "blk.${l}.ffn_gate.weight")
+.const %wup${l} ${PROJ}[FF, D] = gguf("${WEIGHTS}", "blk.${l}.ffn_up.weight")
+.const %wdown${l} ${PROJ}[D, FF] = gguf("${WEIGHTS}", "blk.${l}.ffn_down.weight")
 .endr
 .const %rope_cos f32[CTX, HD] = rope_cos(${THETA})
 .const %rope_sin f32[CTX, HD] = rope_sin(${THETA})

@@ -121,6 +121,15 @@ fn quantized_matmul_is_matmul_over_the_dequantized_values() {
         (&[8], 33, 64, ", act=gelu"),
         (&[9], 40, 128, ", bias=%bias, act=relu"),
         (&[2, 37], 129, 192, ""),
+        // Matrix-vector products (M <= 8, read from the blocks directly): every M, K of one
+        // block, and N that leaves 1 to 7 columns after the groups of eight.
+        (&[1], 1, 32, ""),
+        (&[2], 9, 32, ""),
+        (&[4], 8, 32, ", bias=%bias"),
+        (&[5], 17, 32, ""),
+        (&[6], 23, 64, ""),
+        (&[7], 30, 96, ", act=relu"),
+        (&[2, 4], 15, 160, ""),
     ];
     for fmt in [Fmt::Q8_0, Fmt::Q4_1] {
         for &(lead, n, k, extra) in cases {
@@ -140,13 +149,13 @@ fn quantized_matmul_is_matmul_over_the_dequantized_values() {
                 dims(n)
             );
             let tail = "STORE y, %t\nFREE %t\n".to_string();
-            let quant = build(&format!(
+            let quant_src = format!(
                 ".const %w {}[{n}, {k}] = blocks(\"{}\")\n{body}MATMUL %t, %x, %w, tb{extra}\n{tail}",
                 fmt.name(),
                 hex(&blocks)
-            ));
-            let plain =
-                build(&format!(".input %w f32[{n}, {k}]\n{body}MATMUL %t, %x, %w, tb{extra}\n{tail}"));
+            );
+            let plain_src = format!(".input %w f32[{n}, {k}]\n{body}MATMUL %t, %x, %w, tb{extra}\n{tail}");
+            let (quant, plain) = (build(&quant_src), build(&plain_src));
             let xs: Vec<usize> = lead.iter().copied().chain([k]).collect();
             let ins = [("x", f32s(&xs, &x)), ("bias", f32s(&[n], &bias))];
             let mut with_w = ins.to_vec();
@@ -158,11 +167,22 @@ fn quantized_matmul_is_matmul_over_the_dequantized_values() {
                 ..VmConfig::default()
             };
             let want = outputs(&plain, &with_w, scalar)["y"].clone();
+            // The fast tier (fused multiply-adds) against its own f32 MATMUL on the same
+            // configuration: the chains are per output and in order there too.
+            let quant_fast = build(&format!(".tier fast\n{quant_src}"));
+            let plain_fast = build(&format!(".tier fast\n{plain_src}"));
             for (label, config) in configs() {
-                let got = outputs(&quant, &ins, config)["y"].clone();
+                let got = outputs(&quant, &ins, config.clone())["y"].clone();
                 assert!(
                     got == want,
                     "{} {lead:?}x{k} @ [{n}, {k}]{extra} on {label}: not the bits of the f32 MATMUL",
+                    fmt.name()
+                );
+                let got = outputs(&quant_fast, &ins, config.clone())["y"].clone();
+                let want_fast = outputs(&plain_fast, &with_w, config)["y"].clone();
+                assert!(
+                    got == want_fast,
+                    "{} {lead:?}x{k} @ [{n}, {k}]{extra} on {label}, fast tier: not the bits of the f32 MATMUL",
                     fmt.name()
                 );
             }

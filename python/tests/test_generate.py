@@ -85,7 +85,10 @@ def tiny_bib(tmp_path_factory):
     gguf = d / "tiny.gguf"
     write_gguf(gguf, tensors)
     bib = d / "tiny.bib"
+    # The file's tensors are f32: the program's weights are declared f32 to match (by default
+    # it keeps a GGUF's Q4_1/Q8_0 blocks, which the assembler checks against the file's types).
     args = ["asm", str(REPO / "programs" / "smollm2.s"), "-o", str(bib), "-D", "WEIGHTS=%s" % gguf]
+    args += ["-D", "PROJ=f32", "-D", "EMBED=f32"]
     for k, v in z.items():
         args += ["-D", "%s=%s" % (k, v)]
     subprocess.run(cli() + args, cwd=REPO, check=True)

@@ -123,11 +123,15 @@ std::thread_local! {
 
 /// C[m×n] (row-major, overwritten) = A·B where B is given transposed and block-quantized:
 /// `B(p, j)` is value `p` of row `j` of the `[n, k]` matrix `blocks` holds in `format`
-/// (`k` a multiple of 32). Each task dequantizes the rows of B its columns need, a slab of
-/// [`slab_rows`] at a time (`numerics::quant`, exact), and runs [`gemm`]'s kernels on the
-/// slab: so every `C(i, j)` is the same chain as `gemm` over the dequantized f32 matrix, the
-/// same bits in every tier, while the weights are read from memory as blocks (a quarter or a
-/// sixth of their f32 size, and a language model's decode is bound by that read).
+/// (`k` a multiple of 32). With at most [`GEMV_MAX_M`] rows of A (a language model's decode
+/// step) and AVX2 with F16C, a matrix-vector kernel decodes each block of eight rows of B in
+/// registers and feeds it straight to [`gemm`]'s matrix-vector chains, so the weights are read
+/// once, as blocks. Otherwise each task dequantizes the rows of B its columns need, a slab of
+/// [`slab_rows`] at a time (vectorized where the CPU allows, exact either way), and runs
+/// [`gemm`]'s kernels on the slab. Either way every `C(i, j)` is the same chain as `gemm` over
+/// the dequantized f32 matrix, the same bits in every tier, while the weights are read from
+/// memory as blocks (a sixth (Q4_1) or about a quarter (Q8_0) of their f32 size, and a
+/// language model's decode is bound by that read).
 ///
 /// Panics if a slice is too short for the given shape and strides.
 #[allow(clippy::too_many_arguments)]
@@ -163,6 +167,22 @@ pub fn gemm_blocks(
     assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm_blocks: A slice too short for its shape");
     // The split among threads looks at the shape only (`b` is not read by `run_tasks`).
     let whole = Operands { m, n, k, a, a_rs, a_cs, b: &[], b_rs: 1, b_cs: k };
+    #[cfg(target_arch = "x86_64")]
+    if ctx.level >= SimdLevel::Avx2
+        && m <= GEMV_MAX_M
+        && a_cs == 1
+        && std::arch::is_x86_feature_detected!("f16c")
+    {
+        let strict = ctx.tier == Tier::Strict;
+        run_tasks(ctx, &whole, c, (m, 8), GEMV_PAR_MIN_WORK, |rect, out| {
+            let _ftz = strict.then(FtzGuard::new);
+            // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID (and the OS) reported
+            // AVX2 and FMA on this CPU (`SimdLevel::detect`), F16C was just detected, and the
+            // shapes were checked above; `rect` is this task's own part of the output.
+            unsafe { x86::gemv_tb_blocks_rect(strict, format, blocks, &whole, rect, out) }
+        });
+        return;
+    }
     let slab = slab_rows(k);
     let min_work = if m <= GEMV_MAX_M { GEMV_PAR_MIN_WORK } else { PAR_MIN_WORK };
     run_tasks(ctx, &whole, c, (MR, NR), min_work, |rect, out| {
@@ -176,7 +196,7 @@ pub fn gemm_blocks(
             for j0 in (rect.j0..rect.j1).step_by(slab) {
                 let w = slab.min(rect.j1 - j0);
                 let rows = aligned(buf, w * k);
-                crate::numerics::quant::dequantize_rows(format, blocks, k, j0..j0 + w, rows);
+                dequantize_slab(ctx, format, blocks, k, j0..j0 + w, rows);
                 let ops = Operands { m, n: w, k, a, a_rs, a_cs, b: rows, b_rs: 1, b_cs: k };
                 // Columns j0..j0+w of C are columns 0..w of this slab's product.
                 let sub = OutPtr { ptr: out.ptr.wrapping_add(j0), n: out.n };
@@ -184,6 +204,30 @@ pub fn gemm_blocks(
             }
         })
     });
+}
+
+/// `numerics::quant::dequantize_rows`, vectorized where the CPU allows (AVX2 and F16C): the
+/// same operations on the same operands, so the same values (see [`x86::dequantize_rows`]).
+fn dequantize_slab(
+    ctx: &Ctx,
+    format: BlockFormat,
+    blocks: &[u8],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if ctx.level >= SimdLevel::Avx2 && std::arch::is_x86_feature_detected!("f16c") {
+        let row_bytes = k / BlockFormat::BLOCK_ELEMS * format.block_bytes();
+        let src = &blocks[rows.start * row_bytes..rows.end * row_bytes];
+        let out = &mut out[..rows.len() * k];
+        // SAFETY: AVX2 was reported by CPUID and the OS (`SimdLevel::detect`) and F16C was
+        // just detected; `src` holds exactly the blocks of `out.len()` values (both sliced
+        // above, which panics rather than reading past either).
+        unsafe { x86::dequantize_rows(format, src, out) };
+        return;
+    }
+    crate::numerics::quant::dequantize_rows(format, blocks, k, rows, out)
 }
 
 /// Runs the kernel [`gemm`] would pick for `ops` on one rectangle of the output, on this
@@ -630,33 +674,8 @@ mod x86 {
             let mut p = 0;
             while p < kb {
                 let v: [__m256; 8] = std::array::from_fn(|l| _mm256_loadu_ps(rows[l].add(p)));
-                // Transpose: cols[q] lane l = B(p + q, j + l).
-                let t0 = _mm256_unpacklo_ps(v[0], v[1]);
-                let t1 = _mm256_unpackhi_ps(v[0], v[1]);
-                let t2 = _mm256_unpacklo_ps(v[2], v[3]);
-                let t3 = _mm256_unpackhi_ps(v[2], v[3]);
-                let t4 = _mm256_unpacklo_ps(v[4], v[5]);
-                let t5 = _mm256_unpackhi_ps(v[4], v[5]);
-                let t6 = _mm256_unpacklo_ps(v[6], v[7]);
-                let t7 = _mm256_unpackhi_ps(v[6], v[7]);
-                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-                let cols = [
-                    _mm256_permute2f128_ps::<0x20>(u0, u4),
-                    _mm256_permute2f128_ps::<0x20>(u1, u5),
-                    _mm256_permute2f128_ps::<0x20>(u2, u6),
-                    _mm256_permute2f128_ps::<0x20>(u3, u7),
-                    _mm256_permute2f128_ps::<0x31>(u0, u4),
-                    _mm256_permute2f128_ps::<0x31>(u1, u5),
-                    _mm256_permute2f128_ps::<0x31>(u2, u6),
-                    _mm256_permute2f128_ps::<0x31>(u3, u7),
-                ];
+                // cols[q] lane l = B(p + q, j + l).
+                let cols = transpose8(v);
                 for (i, acc) in acc.iter_mut().enumerate().take(m) {
                     let ai = a.add(i * a_rs + p);
                     for (q, col) in cols.iter().enumerate() {
@@ -699,6 +718,216 @@ mod x86 {
                     acc = nx::canon(acc);
                 }
                 *out.ptr.add(i * out.n + j) = acc;
+            }
+        }
+    }
+
+    /// The 8×8 transpose of eight vectors in registers: lane `l` of result `q` is lane `q` of
+    /// `v[l]`.
+    ///
+    /// # Safety
+    /// Inlined into a function compiled for AVX.
+    #[inline(always)]
+    unsafe fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
+        let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+        let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+        let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+        let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+        let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+        let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+        let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+        let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
+    }
+
+    /// The matrix-vector kernel over block-quantized B (see [`gemm_blocks`]): [`gemv_tb`]'s
+    /// loop with B's 8×8 blocks decoded in registers instead of loaded, so the weights are read
+    /// once, as blocks. Per block of 32 values and eight rows of B: the eight scales (and Q4_1
+    /// minimums) are widened from f16 to one vector (lane `l` = row `l`'s), and each quarter of
+    /// the block's quants is widened to i32 and converted to f32 (exact), transposed, and turned
+    /// into values by `d · q` (and `+ m`): the same IEEE operations on the same operands as
+    /// `numerics::quant::dequantize_block`, and neither is ever an f32 denormal (see that
+    /// module), so the values are its bits under FTZ/DAZ too. They then feed the per-output
+    /// chains exactly as in [`gemv_tb`]; the last `n % 8` rows are decoded by
+    /// `numerics::quant` and take the scalar chain.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `ops` has `a_cs == 1`, `m <= GEMV_MAX_M`, `k` a
+    /// multiple of 32 and `a` long enough for its shape, `blocks` holds at least `ops.n` rows
+    /// of `k` values in `format` (checked by [`gemm_blocks`]); `r` is a rectangle of the
+    /// output `out` points to that no other task writes.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn gemv_tb_blocks_rect(
+        strict: bool,
+        format: BlockFormat,
+        blocks: &[u8],
+        ops: &Operands,
+        r: Rect,
+        out: OutPtr,
+    ) {
+        match (strict, format) {
+            (true, BlockFormat::Q8_0) => gemv_tb_blocks::<true, false>(blocks, ops, r, out),
+            (true, BlockFormat::Q4_1) => gemv_tb_blocks::<true, true>(blocks, ops, r, out),
+            (false, BlockFormat::Q8_0) => gemv_tb_blocks::<false, false>(blocks, ops, r, out),
+            (false, BlockFormat::Q4_1) => gemv_tb_blocks::<false, true>(blocks, ops, r, out),
+        }
+    }
+
+    /// Eight little-endian f16 bit patterns, one at `offset` of each block, widened to f32.
+    ///
+    /// # Safety
+    /// Inlined into a function compiled for F16C; two bytes readable at each `block[l] + offset`.
+    #[inline(always)]
+    unsafe fn f16x8(block: &[*const u8; 8], offset: usize) -> __m256 {
+        let h = |l: usize| {
+            u16::from_le_bytes(std::ptr::read_unaligned(block[l].add(offset) as *const [u8; 2])) as i16
+        };
+        _mm256_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), h(4), h(5), h(6), h(7)))
+    }
+
+    #[inline(always)]
+    unsafe fn gemv_tb_blocks<const STRICT: bool, const Q4_1: bool>(
+        blocks: &[u8],
+        ops: &Operands,
+        r: Rect,
+        out: OutPtr,
+    ) {
+        let (m, k) = (ops.m, ops.k);
+        let (a, a_rs) = (ops.a.as_ptr(), ops.a_rs);
+        let format = if Q4_1 { BlockFormat::Q4_1 } else { BlockFormat::Q8_0 };
+        let block_bytes = format.block_bytes();
+        let row_blocks = k / BlockFormat::BLOCK_ELEMS;
+        let row_bytes = row_blocks * block_bytes;
+        let base = blocks.as_ptr();
+        let low_nibble = _mm256_set1_epi32(0x0f);
+        let mut j = r.j0;
+        while j + 8 <= r.j1 {
+            let mut acc = [<__m256 as Lanes>::zero(); GEMV_MAX_M];
+            for blk in 0..row_blocks {
+                let block: [*const u8; 8] =
+                    std::array::from_fn(|l| base.add((j + l) * row_bytes + blk * block_bytes));
+                let d = f16x8(&block, 0);
+                let min = if Q4_1 { f16x8(&block, 2) } else { <__m256 as Lanes>::zero() };
+                // Quarter `c` of a block: values 8c..8c+8. Q8_0: bytes 2 + 8c.., as i8. Q4_1:
+                // value v < 16 is the low nibble of byte 4 + v, value v >= 16 the high nibble
+                // of byte 4 + v - 16.
+                for c in 0..4 {
+                    let q: [__m256; 8] = std::array::from_fn(|l| {
+                        let ints = if Q4_1 {
+                            let bytes = _mm_loadl_epi64(block[l].add(4 + (c & 1) * 8) as *const __m128i);
+                            let wide = _mm256_cvtepu8_epi32(bytes);
+                            if c < 2 {
+                                _mm256_and_si256(wide, low_nibble)
+                            } else {
+                                _mm256_srli_epi32::<4>(wide)
+                            }
+                        } else {
+                            _mm256_cvtepi8_epi32(_mm_loadl_epi64(block[l].add(2 + c * 8) as *const __m128i))
+                        };
+                        _mm256_cvtepi32_ps(ints)
+                    });
+                    // cols[t] lane l = B(p + t, j + l) once scaled.
+                    let mut cols = transpose8(q);
+                    for col in cols.iter_mut() {
+                        *col = _mm256_mul_ps(*col, d);
+                        if Q4_1 {
+                            *col = _mm256_add_ps(*col, min);
+                        }
+                    }
+                    let p = blk * BlockFormat::BLOCK_ELEMS + c * 8;
+                    for (i, acc) in acc.iter_mut().enumerate().take(m) {
+                        let ai = a.add(i * a_rs + p);
+                        for (t, col) in cols.iter().enumerate() {
+                            *acc = mul_add::<__m256, STRICT>(*acc, _mm256_set1_ps(*ai.add(t)), *col);
+                        }
+                    }
+                }
+            }
+            for (i, acc) in acc.iter().enumerate().take(m) {
+                let v = if STRICT { canon_nan(*acc) } else { *acc };
+                // SAFETY (of the store): row i, columns j..j+8 lie in this task's rectangle.
+                _mm256_storeu_ps(out.ptr.add(i * out.n + j), v);
+            }
+            j += 8;
+        }
+        // The last rows of B: decoded one at a time, then the same chains as above.
+        let mut row = vec![0.0f32; if j < r.j1 { k } else { 0 }];
+        for j in j..r.j1 {
+            crate::numerics::quant::dequantize_rows(format, blocks, k, j..j + 1, &mut row);
+            for i in 0..m {
+                let mut acc = 0.0f32;
+                for (p, &y) in row.iter().enumerate() {
+                    let x = *a.add(i * a_rs + p);
+                    acc = if STRICT { nx::add(acc, nx::mul(x, y)) } else { x.mul_add(y, acc) };
+                }
+                if STRICT {
+                    acc = nx::canon(acc);
+                }
+                *out.ptr.add(i * out.n + j) = acc;
+            }
+        }
+    }
+
+    /// Decodes whole blocks of `format` from `src` into `out` (`out.len()` values, a multiple
+    /// of 32; `src` exactly their blocks): per block, the f16 scale (and Q4_1 minimum) widened
+    /// by F16C (exact, as `half`'s conversion), each eight quants widened to i32 and converted
+    /// to f32 (exact), then `d · q` (and `+ m`): the operations of
+    /// `numerics::quant::dequantize_block` in the same order, on the same operands, so the same
+    /// values, which are never f32 denormals (FTZ/DAZ cannot change them).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn dequantize_rows(format: BlockFormat, src: &[u8], out: &mut [f32]) {
+        let block_bytes = format.block_bytes();
+        assert!(
+            out.len() / BlockFormat::BLOCK_ELEMS * block_bytes == src.len() && out.len().is_multiple_of(32)
+        );
+        let low_nibble = _mm256_set1_epi32(0x0f);
+        // The f16 at `b`, widened, in every lane.
+        let f16 = |b: *const u8| {
+            let bits = u16::from_le_bytes(std::ptr::read_unaligned(b as *const [u8; 2]));
+            _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+        };
+        for (o, b) in out.chunks_exact_mut(BlockFormat::BLOCK_ELEMS).zip(src.chunks_exact(block_bytes)) {
+            let (o, b) = (o.as_mut_ptr(), b.as_ptr());
+            let d = f16(b);
+            match format {
+                BlockFormat::Q8_0 => {
+                    for c in 0..4 {
+                        let q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(2 + 8 * c) as *const __m128i));
+                        _mm256_storeu_ps(o.add(8 * c), _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+                    }
+                }
+                BlockFormat::Q4_1 => {
+                    let m = f16(b.add(2));
+                    for half in 0..2 {
+                        let bytes =
+                            _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(4 + 8 * half) as *const __m128i));
+                        // Byte j holds value j (low nibble) and value j + 16 (high nibble).
+                        let lo = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, low_nibble));
+                        let hi = _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(bytes));
+                        _mm256_storeu_ps(o.add(8 * half), _mm256_add_ps(_mm256_mul_ps(d, lo), m));
+                        _mm256_storeu_ps(o.add(16 + 8 * half), _mm256_add_ps(_mm256_mul_ps(d, hi), m));
+                    }
+                }
             }
         }
     }
