@@ -27,10 +27,6 @@ fn program_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/smollm2.s")
 }
 
-/// Whether the Vulkan executor reads block-quantized constants yet (being written): until it
-/// does, the Vulkan run below takes the dequantized program, which must give the same bits.
-const VULKAN_BLOCKS: bool = false;
-
 /// The tiny model's folder, GGUF and assembled programs (built once per test binary).
 struct Tiny {
     dir: tempfile::TempDir,
@@ -275,9 +271,7 @@ fn every_cpu_configuration_and_vulkan_give_the_same_bits() {
     match adeadvm::vm::shared_device() {
         Ok(_) => {
             let config = VmConfig { backend: Backend::Vulkan, threads: Some(1), ..VmConfig::default() };
-            let t = tiny();
-            let program = if VULKAN_BLOCKS { &t.program } else { &t.dequantized };
-            let got = generate_with(program, config, &ps, MAXNEW);
+            let got = generate_with(&tiny().program, config, &ps, MAXNEW);
             assert!(bits(&got) == bits(&want), "Vulkan differs from the scalar CPU");
         }
         Err(e) => {
@@ -365,6 +359,11 @@ fn the_generate_command_prints_ids_records_and_replays() {
     let ids: Vec<String> = want.iter().map(u32::to_string).collect();
     assert!(json.starts_with(&format!("{{\"ids\": [{}], \"text\": ", ids.join(", "))), "{json}");
     assert!(json.contains("\"gen_tokens_per_s\": "), "{json}");
+    // A decode step reads every projection (q4_1: 20 bytes per 32 weights) and the tied output
+    // layer (the q8_0 embedding: 34 bytes per 32) once.
+    let per_layer = 2 * D * D + 2 * (KVH * HD) * D + 3 * FF * D;
+    let weight_bytes = L * per_layer / 32 * 20 + VOCAB * D / 32 * 34;
+    assert!(json.contains(&format!("\"weight_bytes_per_step\": {weight_bytes}, ")), "{json}");
     let l = adeadvm::npy::read(&logits, None).unwrap();
     assert_eq!(l.shape, [KEEP, VOCAB]);
 

@@ -44,9 +44,6 @@ STEPS = 32
 # the small ones; scaling by the largest magnitude measures the error at the scale that decides
 # the argmax. float32 arithmetic over 30 blocks stays well inside 1e-4 of this.
 LOGITS_TOL = 1e-4
-# Whether the Vulkan executor reads block-quantized constants yet (being written): until it
-# does, the Vulkan run takes the dequantized program, which must give the CPU's bits all the same.
-VULKAN_BLOCKS = False
 # Seconds for one CLI call (assembling, or 32 steps of generation); generous, only a backstop.
 CLI_TIMEOUT_S = 1800
 
@@ -254,7 +251,7 @@ def test_vulkan_matches_cpu_bit_for_bit(prompt, generated):
             pytest.fail("ADEADVM_REQUIRE_VULKAN=1 but adeadvm info finds no Vulkan device: " + line)
         pytest.skip("no Vulkan device (adeadvm info: %s)" % line)
     cpu_ids, cpu_logits = generated(prompt, "cpu")
-    vk_ids, vk_logits = generated(prompt, "vulkan", "q" if VULKAN_BLOCKS else "f32")
+    vk_ids, vk_logits = generated(prompt, "vulkan")
     assert_same_bits(vk_ids, vk_logits, cpu_ids, cpu_logits, "vulkan", "cpu")
 
 
