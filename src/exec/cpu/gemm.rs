@@ -86,15 +86,7 @@ pub fn gemm(
     b_cs: usize,
     c: &mut [f32],
 ) {
-    assert!(c.len() >= m * n, "gemm: output has {} elements, needs {}", c.len(), m * n);
-    let c = &mut c[..m * n];
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        c.fill(0.0);
-        return;
-    }
+    let Some(c) = nonempty_product(c, m, n, k) else { return };
     assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm: A slice too short for its shape");
     assert!((k - 1) * b_rs + (n - 1) * b_cs < b.len(), "gemm: B slice too short for its shape");
     let ops = Operands { m, n, k, a, a_rs, a_cs, b, b_rs, b_cs };
@@ -147,7 +139,6 @@ pub fn gemm_blocks(
     blocks: &[u8],
     c: &mut [f32],
 ) {
-    assert!(c.len() >= m * n, "gemm_blocks: output has {} elements, needs {}", c.len(), m * n);
     assert!(k.is_multiple_of(BlockFormat::BLOCK_ELEMS), "gemm_blocks: k = {k} is not whole blocks");
     let row_bytes = k / BlockFormat::BLOCK_ELEMS * format.block_bytes();
     assert!(
@@ -156,14 +147,7 @@ pub fn gemm_blocks(
         blocks.len(),
         n * row_bytes
     );
-    let c = &mut c[..m * n];
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k == 0 {
-        c.fill(0.0);
-        return;
-    }
+    let Some(c) = nonempty_product(c, m, n, k) else { return };
     assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm_blocks: A slice too short for its shape");
     // The split among threads looks at the shape only (`b` is not read by `run_tasks`).
     let whole = Operands { m, n, k, a, a_rs, a_cs, b: &[], b_rs: 1, b_cs: k };
@@ -252,6 +236,23 @@ fn run_rect(ctx: &Ctx, ops: &Operands, rect: Rect, out: OutPtr) {
         return;
     }
     scalar_rect(ops, rect, out)
+}
+
+/// The m×n output of a product, or None when there is nothing to compute: the product is
+/// empty (`m` or `n` is 0), or `k` is 0 and the output is `+0` (written here).
+///
+/// Panics if `c` has fewer than m·n elements.
+fn nonempty_product(c: &mut [f32], m: usize, n: usize, k: usize) -> Option<&mut [f32]> {
+    assert!(c.len() >= m * n, "gemm: output has {} elements, needs {}", c.len(), m * n);
+    let c = &mut c[..m * n];
+    if m == 0 || n == 0 {
+        return None;
+    }
+    if k == 0 {
+        c.fill(0.0);
+        return None;
+    }
+    Some(c)
 }
 
 /// The operands of one call (shape and strided views of A and B).
