@@ -22,6 +22,7 @@ pub mod input;
 pub mod isa;
 pub mod npy;
 pub mod numerics;
+pub mod onnx;
 pub mod output;
 pub mod profile;
 pub mod rand;

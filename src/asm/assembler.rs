@@ -32,7 +32,7 @@ use crate::isa::{
 /// Directive names, for suggestions.
 const DIRECTIVES: &[&str] = &[
     "tier", "file", "define", "dim", "input", "output", "tensor", "const", "spirv", "kernel", "rept", "endr",
-    "loc",
+    "loc", "origin",
 ];
 
 /// Stop expanding `.rept` bodies past this many assembled lines.
@@ -100,6 +100,8 @@ pub(crate) struct Assembler<'o> {
     insns: Vec<PendingInsn>,
     lines: Vec<u32>,
     pending_loc: Option<u32>,
+    /// `.origin` entries: (instruction index, name); a later one at the same index replaces it.
+    origins: Vec<(u32, String)>,
     labels: Vec<(String, u32)>,
     label_ids: HashMap<String, usize>,
     label_uses: Vec<LabelUse>,
@@ -238,6 +240,7 @@ impl<'o> Assembler<'o> {
             insns: Vec::new(),
             lines: Vec::new(),
             pending_loc: None,
+            origins: Vec::new(),
             labels: Vec::new(),
             vocab: None,
             label_ids: HashMap::new(),
@@ -1170,6 +1173,17 @@ impl<'o> Assembler<'o> {
             }
             "spirv" => self.spirv_directive(ctx, c)?,
             "kernel" => self.kernel_directive(ctx, c)?,
+            "origin" => {
+                let s = c.string("a quoted name, as in `.origin \"node_1\"`")?;
+                c.end()?;
+                let at = self.insns.len() as u32;
+                if self.origins.last().is_some_and(|(prev, _)| *prev == at) {
+                    self.origins.pop();
+                }
+                if self.origins.last().is_none_or(|(_, n)| *n != s.node) {
+                    self.origins.push((at, s.node));
+                }
+            }
             "loc" => {
                 let v = c.value()?;
                 let n = int_arg(&v, "line number", 0, u32::MAX as i128)? as u32;
@@ -1402,6 +1416,7 @@ impl<'o> Assembler<'o> {
             .zip(&self.insns)
             .map(|(insn, p)| Instruction { insn, placement: p.placement }.encode())
             .collect();
+        let code_len = code.len();
         Ok(Program {
             tier: self.tier.map_or(Tier::Strict, |(t, _)| t),
             code,
@@ -1414,6 +1429,8 @@ impl<'o> Assembler<'o> {
                 source: self.file.unwrap_or_else(|| source_name(&self.path)),
                 lines: self.lines,
                 labels: self.labels,
+                // An origin after the last instruction names nothing.
+                origins: self.origins.into_iter().filter(|(at, _)| (*at as usize) < code_len).collect(),
             },
             data: Blob::from_vec(self.data),
             vocab: self.vocab.map(|(v, _)| v).unwrap_or_default(),

@@ -211,6 +211,8 @@ pub struct FileCache {
     bytes: RefCell<HashMap<PathBuf, Rc<Vec<u8>>>>,
     /// GGUF files, parsed (for `gguf(...)` constants and `gguf_meta(...)` defines).
     gguf: RefCell<HashMap<PathBuf, Rc<GgufFile>>>,
+    /// ONNX models, decoded (for `onnx(...)` constants).
+    onnx: RefCell<HashMap<PathBuf, Rc<crate::onnx::Model>>>,
 }
 
 /// Everything `materialize` needs to know about the constant.
@@ -396,6 +398,14 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 fits(value.span.clone())?;
                 load_gguf(t, &path, span, tensor, tname.span.clone())
             }
+            ("onnx", [p, tname]) => {
+                let (path, span) = path_arg(p)?;
+                let ArgNode::Str(tensor) = &tname.node else {
+                    return Err(wrong_value(tname, "the tensor's name as a string"));
+                };
+                fits(value.span.clone())?;
+                load_onnx(t, &path, span, tensor, tname.span.clone())
+            }
             ("rope_cos" | "rope_sin", [theta]) => {
                 if !t.dtype.is_float() {
                     return Err(float_only(name.node, name.span.clone()));
@@ -456,7 +466,7 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 }
                 Ok(ConstValue::Bytes(out))
             }
-            ("fill" | "rand" | "npy" | "safetensors" | "gguf" | "rope_cos" | "rope_sin", _) => {
+            ("fill" | "rand" | "npy" | "safetensors" | "gguf" | "onnx" | "rope_cos" | "rope_sin", _) => {
                 Err(Diag::other(
                     format!("wrong arguments to `{}(...)`", name.node),
                     match name.node {
@@ -464,6 +474,7 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                         "rand" => "expected `rand(seed)` or `rand(seed, normal)`",
                         "npy" => "expected `npy(\"path\")`",
                         "gguf" => "expected `gguf(\"path\", \"tensor name\")`",
+                        "onnx" => "expected `onnx(\"path\", \"initializer name\")`",
                         "rope_cos" => "expected `rope_cos(theta)`",
                         "rope_sin" => "expected `rope_sin(theta)`",
                         _ => "expected `safetensors(\"path\", \"tensor name\")`",
@@ -690,6 +701,61 @@ fn load_safetensors(
         name_span,
     )
     .note("F32, F16, BF16 and I32 load into the same dtype; F32 also loads into f16 and bf16 (rounded)"))
+}
+
+/// `onnx("model.onnx", "name")`: an initializer (or a Constant node's value) of an ONNX model,
+/// into the dtype the importer holds its type as (float, float16 and bfloat16 as themselves;
+/// int64, int32 and bool as i32, an int64 that does not fit being an error).
+fn load_onnx(
+    t: &ConstTarget,
+    path: &str,
+    span: Span,
+    name: &str,
+    name_span: Span,
+) -> Result<ConstValue, Diag> {
+    let full = t.base_dir.join(path);
+    let cached = t.files.onnx.borrow().get(&full).cloned();
+    let model = match cached {
+        Some(m) => m,
+        None => {
+            let m = crate::onnx::Model::load(&full).map_err(|e| {
+                Diag::new(AsmErrorKind::File { path: path.into(), error: e.to_string() }, span.clone())
+            })?;
+            let m = Rc::new(m);
+            t.files.onnx.borrow_mut().insert(full, m.clone());
+            m
+        }
+    };
+    let Some(tensor) = model.named_tensor(name) else {
+        let g = model.graph();
+        let names = g.initializer.iter().map(|t| t.name.as_str());
+        let near = closest(name, names, 3);
+        let mut d =
+            Diag::other(format!("`{path}` has no initializer named `{name}`"), "not in the model", name_span);
+        if !near.is_empty() {
+            let list: Vec<String> = near.iter().map(|n| format!("`{n}`")).collect();
+            d = d.note(format!("closest names in the model: {}", list.join(", ")));
+        }
+        return Err(d);
+    };
+    let mismatch = |why: String| {
+        Diag::new(AsmErrorKind::FileMismatch(format!("`{path}`: `{name}` {why}")), name_span.clone())
+    };
+    let data = crate::onnx::tensor_data(tensor, &model.dir).map_err(mismatch)?;
+    if data.dims.len() != t.dims.len() || data.dims.iter().zip(t.dims).any(|(&a, &b)| a != b as u64) {
+        return Err(shape_mismatch(t, &format!("{path}: {name}"), &data.dims, name_span));
+    }
+    if data.dtype() != Some(t.dtype) {
+        return Err(mismatch(format!(
+            "is {}, which is not held as {} (float, float16 and bfloat16 load as f32, f16, bf16; integers and bool as i32)",
+            crate::onnx::proto::data_type::name(data.elem),
+            t.dtype
+        )));
+    }
+    let bytes = data.to_bytes(t.dtype).map_err(mismatch)?;
+    let mut out = alloc_bytes(t, bytes.len() as u64, name_span)?;
+    out.extend_from_slice(&bytes);
+    Ok(ConstValue::Bytes(out))
 }
 
 /// The GGUF file at `path` (relative to `base`), parsed once per assembly.

@@ -451,10 +451,15 @@ impl Dis<'_> {
         }
         let label_of = |at: u32| labels_at.get(&at).and_then(|v| v.first()).cloned().unwrap_or_default();
 
+        let origins_at: HashMap<u32, &str> =
+            p.debug.origins.iter().map(|(at, n)| (*at, n.as_str())).collect();
         let _ = writeln!(out);
         for (index, i) in insns.iter().enumerate() {
             for l in labels_at.get(&(index as u32)).into_iter().flatten() {
                 let _ = writeln!(out, "{l}:");
+            }
+            if let Some(name) = origins_at.get(&(index as u32)) {
+                let _ = writeln!(out, ".origin {}", quote(name));
             }
             let _ = writeln!(out, ".loc {}", p.debug.lines.get(index).copied().unwrap_or(0));
             let info = i.insn.info();

@@ -22,7 +22,7 @@ mod error;
 mod syntax;
 
 pub use assembler::{MAX_REPT_DEPTH, MAX_SUBSTITUTED_BYTES, MAX_SUBSTITUTED_LINE_BYTES};
-pub use consts::MAX_DATA_BYTES;
+pub use consts::{io_reason, MAX_DATA_BYTES};
 pub use disasm::{disassemble, DisasmError, DisasmOptions};
 pub use error::{AsmError, AsmErrorKind, AsmErrors};
 pub use syntax::MAX_NESTING;

@@ -26,6 +26,8 @@ enum Command {
     Asm(AsmArgs),
     /// Print a .bib program as assembly that assembles back to the same bytes.
     Disasm(DisasmArgs),
+    /// Import an ONNX model (model.onnx) as a verified .bib program.
+    Import(ImportArgs),
     /// Verify a program and print its digest and memory plan.
     Verify(VerifyArgs),
     /// Run a program (.bib, or .s assembled in memory) on .npy inputs.
@@ -63,6 +65,30 @@ struct AsmArgs {
     /// Write the program even if the verifier rejects it (for testing the verifier).
     #[arg(long)]
     no_verify: bool,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// The ONNX model (its external data files, if any, beside it).
+    input: PathBuf,
+    /// Where to write the program (default: the input with the extension .bib).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The determinism tier of the program.
+    #[arg(long, default_value = "strict", value_parser = ["strict", "fast"])]
+    tier: String,
+    /// Fix a symbolic input dimension (ONNX dim_param) to a size; repeatable. Others stay
+    /// symbolic, bound when the program runs.
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = parse_dim)]
+    dims: Vec<(String, u64)>,
+    /// Fix a graph input's value at import (a shape fed as an input, say): it becomes a constant
+    /// and shape computations that read it fold; the program has no such input. Repeatable.
+    #[arg(long = "known-input", value_name = "NAME=FILE.npy", value_parser = parse_binding)]
+    known_inputs: Vec<(String, PathBuf)>,
+    /// Also write the assembly the model was lowered to (reassemble it with
+    /// `adeadvm asm FILE -D MODEL=path/to/model.onnx`).
+    #[arg(long, value_name = "FILE.s")]
+    emit_asm: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -209,6 +235,7 @@ pub fn main() -> i32 {
     let result = std::panic::catch_unwind(|| match cli.command {
         Command::Asm(a) => cmd_asm(a),
         Command::Disasm(a) => cmd_disasm(a),
+        Command::Import(a) => cmd_import(a),
         Command::Verify(a) => cmd_verify(a),
         Command::Run(a) => run::cmd_run(a),
         Command::Replay(a) => run::cmd_replay(a),
@@ -342,6 +369,57 @@ fn cmd_asm(a: AsmArgs) -> Result<()> {
         program.tensors.len(),
         bytes.len(),
         &digest_hex(&program.digest)[..16]
+    );
+    Ok(())
+}
+
+fn cmd_import(a: ImportArgs) -> Result<()> {
+    let out = a.output.clone().unwrap_or_else(|| a.input.with_extension("bib"));
+    check_output_path(&out)?;
+    if let Some(s) = &a.emit_asm {
+        check_output_path(s)?;
+    }
+    let mut known_inputs = Vec::new();
+    for (name, path) in &a.known_inputs {
+        let t = adeadvm::api::read_npy(path, None).with_context(|| format!("--known-input {name}"))?;
+        known_inputs.push((name.clone(), adeadvm::onnx::TensorData::from_host(&t)));
+    }
+    let options = adeadvm::onnx::ImportOptions {
+        tier: adeadvm::isa::Tier::from_name(&a.tier).expect("clap checked the tier"),
+        dims: a.dims.clone(),
+        known_inputs,
+    };
+    let imported = adeadvm::onnx::import(&a.input, &options)?;
+    let bytes = imported.program.to_bytes();
+    let program = Program::from_bytes(bytes.clone())?;
+    verify_loaded(program.clone(), &a.input, None)
+        .context("the imported program does not verify (a bug in the importer; --emit-asm shows it)")?;
+    if let Some(s) = &a.emit_asm {
+        write_atomically(s, imported.asm.as_bytes())?;
+    }
+    write_atomically(&out, &bytes)?;
+    let names = |b: &[adeadvm::onnx::Binding]| -> String {
+        b.iter()
+            .map(|b| {
+                let ty = adeadvm::onnx::proto::data_type::name(b.elem);
+                if b.name == b.onnx_name {
+                    format!("{} ({ty})", b.name)
+                } else {
+                    format!("{} (ONNX {:?}, {ty})", b.name, b.onnx_name)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "wrote {} ({} instructions, {} tensors, {} bytes, digest {})\n  inputs: {}\n  outputs: {}",
+        out.display(),
+        program.code.len(),
+        program.tensors.len(),
+        bytes.len(),
+        &digest_hex(&program.digest)[..16],
+        names(&imported.inputs),
+        names(&imported.outputs),
     );
     Ok(())
 }

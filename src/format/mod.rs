@@ -68,10 +68,12 @@ enum Section {
     Debug = 8,
     /// Optional: a tokenizer's vocabulary (see [`Program::vocab`]).
     Vocab = OPTIONAL_SECTION_BIT | 9,
+    /// Optional: where instructions came from (see [`DebugInfo::origins`]).
+    Origins = OPTIONAL_SECTION_BIT | 10,
 }
 
 impl Section {
-    const ALL: [Section; 9] = [
+    const ALL: [Section; 10] = [
         Section::Code,
         Section::Syms,
         Section::Tensors,
@@ -81,6 +83,7 @@ impl Section {
         Section::Kernels,
         Section::Debug,
         Section::Vocab,
+        Section::Origins,
     ];
     fn name(self) -> &'static str {
         match self {
@@ -93,6 +96,7 @@ impl Section {
             Section::Kernels => "kernels",
             Section::Debug => "debug",
             Section::Vocab => "vocab",
+            Section::Origins => "origins",
         }
     }
 }
@@ -258,6 +262,11 @@ pub struct DebugInfo {
     pub lines: Vec<u32>,
     /// Label names and the instruction index each marks, in source order.
     pub labels: Vec<(String, u32)>,
+    /// Where instructions came from, as `.origin "name"` sets it (the ONNX node an imported
+    /// instruction lowers): each entry names the instructions from its index up to the next
+    /// entry's, in increasing index order. Empty for most programs (stored in an optional
+    /// section only when present, so other programs' bytes are unchanged).
+    pub origins: Vec<(u32, String)>,
 }
 
 /// A loaded (or assembled) program: the container's contents, not yet verified.
@@ -388,6 +397,12 @@ impl Program {
             }
             ConstData::Splat(_) => None,
         }
+    }
+
+    /// What instruction `index` came from (its `.origin`, e.g. an ONNX node), if recorded.
+    pub fn origin_of(&self, index: usize) -> Option<&str> {
+        let k = self.debug.origins.partition_point(|&(at, _)| at as usize <= index);
+        k.checked_sub(1).map(|k| self.debug.origins[k].1.as_str())
     }
 
     /// Source line of instruction `index`, if recorded.
@@ -650,6 +665,22 @@ impl Program {
         if let Some(r) = range_of(Section::Vocab) {
             p.vocab = bytes[r].to_vec();
         }
+        if let Some(r) = range_of(Section::Origins) {
+            let mut s = Reader::new(bytes, r, Section::Origins.name());
+            let n = s.count(8)?;
+            for _ in 0..n {
+                let at = s.u32()?;
+                let name = s.string()?;
+                if at as usize >= p.code.len() || p.debug.origins.last().is_some_and(|&(prev, _)| prev >= at)
+                {
+                    return Err(s.err(format!(
+                        "origin {name:?} at instruction {at}: past the end or not after the one before"
+                    )));
+                }
+                p.debug.origins.push((at, name));
+            }
+            s.finish()?;
+        }
         p.data = blob;
         Ok(p)
     }
@@ -745,6 +776,15 @@ impl Program {
         sections.push((Section::Debug, w));
         if !self.vocab.is_empty() {
             sections.push((Section::Vocab, self.vocab.clone()));
+        }
+        if !self.debug.origins.is_empty() {
+            let mut w = Vec::new();
+            put_u32(&mut w, self.debug.origins.len() as u32);
+            for (at, name) in &self.debug.origins {
+                put_u32(&mut w, *at);
+                put_str(&mut w, name);
+            }
+            sections.push((Section::Origins, w));
         }
 
         let mut out = vec![0u8; HEADER_BYTES + SECTION_ENTRY_BYTES * sections.len()];

@@ -442,9 +442,10 @@ impl Trace {
     ) -> String {
         let at = |index: u32| {
             let mnemonic = code.get(index as usize).map_or("?", |i| i.insn.info().mnemonic);
+            let from = program.origin_of(index as usize).map_or(String::new(), |o| format!(", from {o:?}"));
             match program.line_of(index as usize) {
-                Some(l) => format!("instruction {index} ({mnemonic}, {}:{l})", program.debug.source),
-                None => format!("instruction {index} ({mnemonic})"),
+                Some(l) => format!("instruction {index} ({mnemonic}, {}:{l}{from})", program.debug.source),
+                None => format!("instruction {index} ({mnemonic}{from})"),
             }
         };
         let mut s = String::new();

@@ -413,7 +413,8 @@ impl Ctx<'_> {
     }
     /// `instruction 4 (line 12, JNZ)`.
     pub fn insn_ref(&self, i: usize, mnemonic: Option<&str>) -> String {
-        format!("instruction {i} ({})", insn_place(self.p.line_of(i), mnemonic))
+        let from = self.p.origin_of(i).map_or(String::new(), |o| format!(", from {o:?}"));
+        format!("instruction {i} ({}{from})", insn_place(self.p.line_of(i), mnemonic))
     }
     pub fn insn_err(&self, i: usize, mnemonic: Option<&'static str>, message: String) -> VerifyError {
         VerifyError::Instruction { index: i, line: self.p.line_of(i), mnemonic, message }

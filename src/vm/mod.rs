@@ -594,10 +594,13 @@ impl Vm {
     fn runtime_error(&self, index: usize, what: String) -> VmError {
         let p = self.program.program();
         let mnemonic = self.program.instructions()[index].insn.info().mnemonic;
-        let at = match p.line_of(index) {
+        let mut at = match p.line_of(index) {
             Some(l) => format!("line {l}, {mnemonic}"),
             None => mnemonic.to_string(),
         };
+        if let Some(origin) = p.origin_of(index) {
+            at.push_str(&format!(", from {origin:?}"));
+        }
         VmError::Runtime { index, at, what }
     }
 
