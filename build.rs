@@ -45,9 +45,34 @@ struct Op {
     group: String,
     tier: Option<String>,
     dtypes: String,
+    /// Tensor operands whose dtype is fixed (`{ dst = "i32" }`), whatever `dtypes` says.
+    #[serde(default)]
+    operand_dtypes: BTreeMap<String, String>,
     #[serde(default)]
     operands: Vec<String>,
     doc: String,
+}
+
+/// The Rust `DType` variant of a dtype name in `operand_dtypes`.
+fn dtype_variant(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "f32" => "F32",
+        "f16" => "F16",
+        "bf16" => "Bf16",
+        "i32" => "I32",
+        _ => return None,
+    })
+}
+
+impl Op {
+    /// The `dtypes` column of docs/ISA.md: the class, then each fixed operand (`numeric; dst i32`).
+    fn dtypes_text(&self) -> String {
+        let mut t = self.dtypes.clone();
+        for (operand, d) in &self.operand_dtypes {
+            t.push_str(&format!("; {operand} {d}"));
+        }
+        t
+    }
 }
 
 struct OperandSpec {
@@ -58,6 +83,8 @@ struct OperandSpec {
     partial: bool,
     default: Option<String>,
     offset: usize,
+    /// The one dtype this operand takes, from the op's `operand_dtypes`.
+    dtype: Option<String>,
 }
 
 impl OperandSpec {
@@ -101,7 +128,7 @@ fn parse_operand(op: &str, text: &str, isa: &Isa, offset: usize) -> OperandSpec 
     if writes && kind != "tensor" {
         fail(format!("{op}: only a tensor operand can be written (`{name}`)"));
     }
-    OperandSpec { name: name.to_string(), kind: kind.to_string(), writes, partial, default, offset }
+    OperandSpec { name: name.to_string(), kind: kind.to_string(), writes, partial, default, offset, dtype: None }
 }
 
 /// Rust expression for an operand default, as a generic `Operand`.
@@ -158,7 +185,8 @@ fn main() {
         let mut specs = Vec::new();
         let mut seen_optional = false;
         for o in &op.operands {
-            let spec = parse_operand(&op.name, o, &isa, offset);
+            let mut spec = parse_operand(&op.name, o, &isa, offset);
+            spec.dtype = op.operand_dtypes.get(&spec.name).cloned();
             if spec.default.is_some() {
                 seen_optional = true;
             } else if seen_optional {
@@ -166,6 +194,17 @@ fn main() {
             }
             offset += isa.kinds[&spec.kind].width;
             specs.push(spec);
+        }
+        for (operand, d) in &op.operand_dtypes {
+            if !specs.iter().any(|s| &s.name == operand && s.is_tensor()) {
+                fail(format!("{}: operand_dtypes names `{operand}`, which is not a tensor operand", op.name));
+            }
+            if dtype_variant(d).is_none() {
+                fail(format!("{}: operand_dtypes gives `{operand}` the unknown dtype `{d}`", op.name));
+            }
+            if op.dtypes == "none" {
+                fail(format!("{}: operand_dtypes on an instruction of dtype class none", op.name));
+            }
         }
         if offset > isa.instruction_bytes {
             fail(format!("{}: operands need {offset} bytes, more than {}", op.name, isa.instruction_bytes));
@@ -313,9 +352,13 @@ fn main() {
                 Some(d) => format!("Some({})", default_expr(&s.kind, d, &isa, &op.name)),
                 None => "None".into(),
             };
+            let dtype = match &s.dtype {
+                Some(d) => format!("Some(DType::{})", dtype_variant(d).expect("checked above")),
+                None => "None".into(),
+            };
             writeln!(
                 w,
-                "            OperandInfo {{ name: {:?}, kind: OperandKind::{}, writes: {}, partial: {}, offset: {}, default: {default} }},",
+                "            OperandInfo {{ name: {:?}, kind: OperandKind::{}, writes: {}, partial: {}, offset: {}, default: {default}, dtype: {dtype} }},",
                 s.name,
                 camel(&s.kind),
                 s.writes,
@@ -522,7 +565,7 @@ fn isa_markdown(isa: &Isa, ops: &[(&Op, String, Vec<OperandSpec>)]) -> String {
             op.code,
             op.group,
             op.tier.as_deref().unwrap_or("strict"),
-            op.dtypes,
+            op.dtypes_text(),
             op.doc.replace('|', "\\|")
         )
         .unwrap();

@@ -146,6 +146,10 @@ enum Op {
     LayerNorm(usize, bool, f32),
     RmsNorm(usize, bool, f32),
     Reduce(&'static str, usize),
+    /// EQ, LT or LE of two tensors of one dtype, broadcasting: i32 1 or 0.
+    Compare(&'static str, usize, usize),
+    /// SELECT cond, a, b, broadcasting all three.
+    Select(usize, usize, usize),
 }
 
 struct Gen {
@@ -224,14 +228,54 @@ impl Gen {
     fn n(&self, i: usize) -> &str {
         &self.tensors[i].name
     }
+
+    /// Tensor `t` (f32) in dtype `d`: itself for f32, else a CAST (checked as every CAST is).
+    fn cast_to(&mut self, t: usize, d: DType) -> usize {
+        if d == DType::F32 {
+            return t;
+        }
+        let (tn, shape) = (self.n(t).to_string(), self.tensors[t].shape.clone());
+        self.result(Op::Cast(t), d, shape, &format!("CAST %@, %{tn}"))
+    }
+}
+
+/// Numpy broadcasting of shapes (the generator draws only ones that broadcast).
+fn broadcast(shapes: &[&[usize]]) -> Vec<usize> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    (0..rank)
+        .map(|k| {
+            let dims = shapes.iter().filter_map(|s| (s.len() + k).checked_sub(rank).map(|i| s[i]));
+            dims.fold(1, |acc, d| if d == 1 { acc } else { d })
+        })
+        .collect()
+}
+
+/// The offset in an operand of `shape` of element `i` of an output of `out` (numpy rules).
+fn bidx(shape: &[usize], out: &[usize], i: usize) -> usize {
+    let lead = out.len() - shape.len();
+    let (mut rem, mut off, mut stride) = (i, 0, 1);
+    for k in (0..out.len()).rev() {
+        let c = rem % out[k];
+        rem /= out[k];
+        if k >= lead {
+            let s = shape[k - lead];
+            if s != 1 {
+                off += c * stride;
+            }
+            stride *= s;
+        }
+    }
+    off
 }
 
 /// GATHERs a program may hold: several, since a second GATHER in one batch once failed on
 /// Vulkan (its status slot was bound at a misaligned offset).
 const MAX_GATHERS: usize = 3;
 
-const UNARY: [&str; 11] =
-    ["NEG", "ABS", "SQRT", "RSQRT", "EXP", "LOG", "RELU", "SIGMOID", "TANH", "GELU", "SILU"];
+const UNARY: [&str; 12] =
+    ["NEG", "ABS", "SQRT", "RSQRT", "EXP", "LOG", "RELU", "SIGMOID", "TANH", "GELU", "SILU", "ERF"];
+/// ERF's documented bound (docs/ISA.md), in ulps.
+const ERF_ULPS: f64 = 2.0;
 const BINARY: [&str; 6] = ["ADD", "SUB", "MUL", "DIV", "MAX", "MIN"];
 
 /// A random program over rows [r, n]: a pool of f32 [r, n] tensors that instructions read and
@@ -256,7 +300,7 @@ fn generate(g: &mut Rng, r: usize, n: usize, steps: usize) -> Gen {
         let a = g.pick(&pool);
         let b = g.pick(&pool);
         let an = gen.n(a).to_string();
-        let k = g.below(14);
+        let k = g.below(16);
         let id = match k {
             0..=2 => {
                 let u = g.pick(&UNARY);
@@ -363,9 +407,49 @@ fn generate(g: &mut Rng, r: usize, n: usize, steps: usize) -> Gen {
                     &format!("RMSNORM %@, %{an}{gm}, eps={eps:e}"),
                 )
             }
-            _ => {
+            13 => {
                 let op = g.pick(&["REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX"]);
                 gen.result(Op::Reduce(op, a), DType::F32, vec![r], &format!("{op} %@, %{an}, -1"))
+            }
+            14 => {
+                // A comparison in one of the four dtypes (CASTs to it first), the other side
+                // a tensor of the pool, the operand itself, a row or a column, either way round.
+                let op = g.pick(&["EQ", "LT", "LE"]);
+                let d = g.pick(&[DType::F32, DType::F32, DType::F16, DType::Bf16, DType::I32]);
+                let other = match g.below(5) {
+                    0 => row,
+                    1 => col,
+                    2 => a,
+                    _ => b,
+                };
+                let (x, y) = (gen.cast_to(a, d), gen.cast_to(other, d));
+                let (x, y) = if g.below(2) == 0 { (x, y) } else { (y, x) };
+                let out = broadcast(&[&gen.tensors[x].shape, &gen.tensors[y].shape]);
+                let (xn, yn) = (gen.n(x).to_string(), gen.n(y).to_string());
+                gen.result(Op::Compare(op, x, y), DType::I32, out, &format!("{op} %@, %{xn}, %{yn}"))
+            }
+            _ => {
+                // SELECT in one of the four dtypes: cond an i32 input of 0, 1 and 2 ([r, n], a
+                // column or a row), a and b from the pool, a row or a column (an expand when
+                // both are rows and cond is whole).
+                let d = g.pick(&[DType::F32, DType::F32, DType::F16, DType::Bf16, DType::I32]);
+                let cshape = g.pick(&[rn.clone(), rn.clone(), vec![r, 1], vec![n]]);
+                let cond = gen.input(g, DType::I32, cshape, false, 3);
+                let side = |g: &mut Rng, t: usize| match g.below(4) {
+                    0 => row,
+                    1 => col,
+                    2 => row2,
+                    _ => t,
+                };
+                let (x, y) = (side(g, a), side(g, b));
+                let (x, y) = (gen.cast_to(x, d), gen.cast_to(y, d));
+                let out = broadcast(&[
+                    &gen.tensors[cond].shape,
+                    &gen.tensors[x].shape,
+                    &gen.tensors[y].shape,
+                ]);
+                let (cn, xn, yn) = (gen.n(cond).to_string(), gen.n(x).to_string(), gen.n(y).to_string());
+                gen.result(Op::Select(cond, x, y), d, out, &format!("SELECT %@, %{cn}, %{xn}, %{yn}"))
             }
         };
         if gen.tensors[id].shape == rn && gen.tensors[id].dtype == DType::F32 {
@@ -399,7 +483,8 @@ fn check_accuracy(
     for (op, id) in &gen.ops {
         let out = &gen.tensors[*id];
         let kind: &'static str = match *op {
-            Op::Unary(n, _) | Op::Binary(n, ..) | Op::Scalar(n, ..) | Op::Reduce(n, _) => n,
+            Op::Unary(n, _) | Op::Binary(n, ..) | Op::Scalar(n, ..) | Op::Reduce(n, _) | Op::Compare(n, ..) => n,
+            Op::Select(..) => "SELECT",
             Op::Cast(_) => "CAST",
             Op::Gather(..) => "GATHER",
             Op::Matmul(..) => "MATMUL",
@@ -427,7 +512,8 @@ fn check_accuracy(
                         "SIGMOID" => (1.0 / (1.0 + (-v).exp()), 4.0),
                         "TANH" => (v.tanh(), 4.0),
                         "SILU" => (v / (1.0 + (-v).exp()), 5.0),
-                        _ => (0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2)), 4.0),
+                        "ERF" => (common::erf64(v), ERF_ULPS),
+                        _ => (0.5 * v * (1.0 + common::erf64(v / std::f64::consts::SQRT_2)), 4.0),
                     };
                     // GELU below -1: absolute error in units of ulp(x/2) (documented).
                     // SILU below -87: sigmoid is under FLT_MIN and flushed, so |x| * FLT_MIN (ISA.md).
@@ -478,6 +564,43 @@ fn check_accuracy(
                 for i in 0..y.len() {
                     if let Err((w, bound)) = binary_ok(name, x[i], s, y[i]) {
                         return fail(i, format!("{:e}", y[i]), format!("{w:e} of {:e}, {s:e}", x[i]), bound);
+                    }
+                }
+            }
+            Op::Compare(name, a, b) => {
+                // The strict values (f32 and bf16 denormals flushed, f16 and i32 exact) compared
+                // in f64, NaN unordered: exactly the i32 1 or 0.
+                let value = |t: usize, k: usize| {
+                    let d = gen.tensors[t].dtype;
+                    cast_source_value(d, vals.get(&t).map(|v| v[k]), ints.get(&t).map(|v| v[k]))
+                };
+                for i in 0..out.shape.iter().product::<usize>() {
+                    let (x, y) = (value(a, bidx(&shape(a), &out.shape, i)), value(b, bidx(&shape(b), &out.shape, i)));
+                    let want = i32::from(match name {
+                        "EQ" => x == y,
+                        "LT" => x < y,
+                        _ => x <= y,
+                    });
+                    if ints[id][i] != want {
+                        return fail(i, ints[id][i].to_string(), format!("{want} of {x:e}, {y:e}"), "exact".into());
+                    }
+                }
+            }
+            Op::Select(c, a, b) => {
+                // The chosen element's bits, unchanged.
+                let bits = |t: usize, k: usize| match vals.get(&t) {
+                    Some(v) => v[k].to_bits(),
+                    None => ints[&t][k] as u32,
+                };
+                for i in 0..out.shape.iter().product::<usize>() {
+                    let cond = ints[&c][bidx(&shape(c), &out.shape, i)];
+                    let want = if cond != 0 {
+                        bits(a, bidx(&shape(a), &out.shape, i))
+                    } else {
+                        bits(b, bidx(&shape(b), &out.shape, i))
+                    };
+                    if bits(*id, i) != want {
+                        return fail(i, format!("{:#x}", bits(*id, i)), format!("{want:#x} (cond {cond})"), "exact".into());
                     }
                 }
             }
@@ -737,34 +860,6 @@ fn binary_ok(name: &str, a: f32, b: f32, got: f32) -> Result<(), (f64, String)> 
     } else {
         Err((want, format!("{bound:e}")))
     }
-}
-
-/// erf in f64 (Abramowitz-Stegun 7.1.26 is too coarse; this is the series / continued fraction).
-fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return f64::NAN;
-    }
-    let a = x.abs();
-    let r = if a < 2.5 {
-        // Maclaurin series: erf(a) = 2/sqrt(pi) sum (-1)^k a^(2k+1) / (k! (2k+1)).
-        let (mut term, mut sum, mut k) = (a, a, 0.0f64);
-        while term.abs() > 1e-18 * sum.abs() {
-            k += 1.0;
-            term *= -a * a / k;
-            sum += term / (2.0 * k + 1.0);
-        }
-        sum * 2.0 / std::f64::consts::PI.sqrt()
-    } else if a < 8.0 {
-        // erfc by its continued fraction (Lentz), evaluated backwards with 60 terms.
-        let mut f = 0.0f64;
-        for k in (1..60).rev() {
-            f = (k as f64 / 2.0) / (a + f);
-        }
-        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * (a + f))
-    } else {
-        1.0
-    };
-    r.copysign(x)
 }
 
 /// The CAST model itself on values whose answers are known: one rounding from the integer.

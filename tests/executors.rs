@@ -157,6 +157,34 @@ fn independent_instructions_run_together_with_the_same_bits() {
     }
 }
 
+/// EQ, LT, LE, SELECT and ERF (tests/common/cmpsel.rs: every dtype, broadcasting, an expand,
+/// special values) on tensors of tens of thousands of elements: every configuration gives the
+/// same bits, those bits are the model's, and with worker threads the independent comparisons
+/// (f32 and i32 sources) and then the independent SELECTs ran as batches.
+#[test]
+fn comparisons_and_select_give_the_model_bits_on_every_cpu_configuration_and_in_batches() {
+    let (r, c) = (96, 515);
+    let inputs = cmpsel::inputs(0xc0de, r, c);
+    let program = build(&cmpsel::program(r, c, &[""]));
+    let ins: Vec<(&str, HostTensor)> = inputs.tensors.iter().map(|(n, t)| (*n, t.clone())).collect();
+    assert_same_everywhere("comparisons and SELECT", &program, &ins);
+    for config in [configs()[0].clone(), configs().pop().unwrap()] {
+        let what = format!("{:?} x{}", config.simd.unwrap(), config.threads.unwrap());
+        let outs = run_with(&program, &ins, config).unwrap_or_else(|e| panic!("{what}: {e}"));
+        cmpsel::check_model(&inputs, &outs, &what);
+    }
+    for threads in [2, 3] {
+        let mut vm =
+            Vm::new(program.clone(), VmConfig { threads: Some(threads), ..VmConfig::default() }).unwrap();
+        for (name, t) in &ins {
+            vm.set_input(name, t.clone()).unwrap();
+        }
+        let stats = vm.run_observed(&mut Costs::default()).unwrap();
+        // EQ, LT, LE, EQ, LT and ERF; then the four 32-bit SELECTs.
+        assert_eq!(stats.concurrent, 10, "{threads} threads: instructions that ran in batches");
+    }
+}
+
 /// Issue 34: MATMUL with N = 0 and a bias or an activation divided by zero in the SIMD
 /// epilogue. Every configuration (the scalar reference, each SIMD level, 1 to 3 threads) gives
 /// empty outputs for N = 0 and M = 0, and the bias and activation alone for K = 0.

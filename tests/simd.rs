@@ -12,12 +12,12 @@ mod skip;
 use std::sync::OnceLock;
 
 use adeadvm::exec::cpu::fpenv::FtzGuard;
-use adeadvm::exec::cpu::reference::{self as r, Binary, Reduce, Unary};
+use adeadvm::exec::cpu::reference::{self as r, Binary, Compare, Reduce, Unary};
 use adeadvm::exec::cpu::{simd, worker_pool, Ctx, SimdLevel};
 use adeadvm::isa::Tier;
 use proptest::prelude::*;
 
-const UNARY: [Unary; 10] = [
+const UNARY: [Unary; 11] = [
     Unary::Neg,
     Unary::Abs,
     Unary::Sqrt,
@@ -28,6 +28,7 @@ const UNARY: [Unary; 10] = [
     Unary::Sigmoid,
     Unary::Tanh,
     Unary::Gelu,
+    Unary::Erf,
 ];
 const BINARY: [Binary; 6] = [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min];
 
@@ -312,6 +313,165 @@ fn streamed_outputs_give_the_same_bits() {
     }
 }
 
+// ---- comparisons and SELECT --------------------------------------------------------------------
+
+const COMPARE: [Compare; 3] = [Compare::Eq, Compare::Lt, Compare::Le];
+
+/// i32 outputs as f32 bit patterns, for `check` and `threads_agree`.
+fn as_f32(v: &[i32], o: &mut [f32]) {
+    for (o, &v) in o.iter_mut().zip(v) {
+        *o = f32::from_bits(v as u32);
+    }
+}
+
+/// `b`'s values mixed with `a`'s own (so that EQ and LE meet equal operands, -0 against +0 and
+/// denormals against zeros among them).
+fn mixed_with(rng: &mut Rng, a: &[f32], b: &mut [f32]) {
+    for v in b.iter_mut() {
+        match rng.below(4) {
+            0 if !a.is_empty() => *v = a[rng.below(a.len() as u64) as usize],
+            1 => *v = [0.0f32, -0.0, f32::from_bits(1), f32::from_bits(0x8000_0005)][rng.below(4) as usize],
+            _ => {}
+        }
+    }
+}
+
+/// The comparisons on f32 and i32 and SELECT on 32- and 16-bit words: the executor's collapsed
+/// broadcast runs against the reference's walk, on special values, at every level and for 1 to
+/// 3 threads; and the float comparison is the IEEE comparison of the flushed values.
+fn check_compare_and_select(seed: u64, mix: u32, swap: bool) {
+    let mut rng = Rng(seed);
+    let (out, bs) = broadcast_shapes(&mut rng);
+    let (as_, bs) = if swap { (bs, out.clone()) } else { (out.clone(), bs) };
+    let n: usize = out.iter().product();
+    let a = rng.values(as_.iter().product(), mix);
+    let mut b = rng.values(bs.iter().product(), mix);
+    mixed_with(&mut rng, &a, &mut b);
+    let ai: Vec<i32> = a.iter().map(|v| (v.to_bits() as i32) >> (rng.below(2) * 28)).collect();
+    let bi: Vec<i32> = b.iter().map(|v| (v.to_bits() as i32) >> 28).collect();
+    for op in COMPARE {
+        let mut want = vec![0i32; n];
+        r::compare(op, &a, &as_, &b, &bs, &mut want, &out);
+        // The reference against IEEE comparisons of the flushed values, element by element.
+        r::for_each_broadcast(&out, [&as_[..], &bs[..]], |o, [i, j]| {
+            let ftz = |v: f32| if v.is_finite() && v.abs() < f32::MIN_POSITIVE { 0.0 } else { v };
+            let (x, y) = (ftz(a[i]), ftz(b[j]));
+            let model = match op {
+                Compare::Eq => x == y,
+                Compare::Lt => x < y,
+                Compare::Le => x <= y,
+            };
+            assert_eq!(want[o], i32::from(model), "{op:?} {:#010x} {:#010x}", a[i].to_bits(), b[j].to_bits());
+        });
+        check(
+            &format!("{op:?} {as_:?} {bs:?} -> {out:?}"),
+            n,
+            |o| as_f32(&want, o),
+            |c, o| {
+                let mut v = vec![0i32; n];
+                simd::compare(c, op, &a, &as_, &b, &bs, &mut v, &out);
+                as_f32(&v, o)
+            },
+        );
+        let mut want = vec![0i32; n];
+        r::compare_i32(op, &ai, &as_, &bi, &bs, &mut want, &out);
+        check(
+            &format!("{op:?} i32 {as_:?} {bs:?} -> {out:?}"),
+            n,
+            |o| as_f32(&want, o),
+            |c, o| {
+                let mut v = vec![0i32; n];
+                simd::compare_i32(c, op, &ai, &as_, &bi, &bs, &mut v, &out);
+                as_f32(&v, o)
+            },
+        );
+    }
+    // SELECT, its condition broadcast its own way: values 0, 1 and others.
+    let (_, cs) = broadcast_shapes_to(&mut rng, &out);
+    let cond: Vec<i32> = (0..cs.iter().product::<usize>())
+        .map(|_| [0, 1, -1, i32::MIN, 7][rng.below(5) as usize] * i32::from(rng.below(3) != 0))
+        .collect();
+    let (aw, bw): (Vec<u32>, Vec<u32>) =
+        (a.iter().map(|v| v.to_bits()).collect(), b.iter().map(|v| v.to_bits()).collect());
+    let mut want = vec![0u32; n];
+    r::select(&cond, &cs, &aw, &as_, &bw, &bs, &mut want, &out);
+    r::for_each_broadcast(&out, [&cs[..], &as_[..], &bs[..]], |o, [k, i, j]| {
+        assert_eq!(want[o], if cond[k] != 0 { aw[i] } else { bw[j] });
+    });
+    check(
+        &format!("SELECT {cs:?} {as_:?} {bs:?} -> {out:?}"),
+        n,
+        |o| o.iter_mut().zip(&want).for_each(|(o, &w)| *o = f32::from_bits(w)),
+        |c, o| {
+            let mut v = vec![0u32; n];
+            simd::select(c, &cond, &cs, &aw, &as_, &bw, &bs, &mut v, &out);
+            o.iter_mut().zip(&v).for_each(|(o, &w)| *o = f32::from_bits(w));
+        },
+    );
+    let (ah, bh): (Vec<u16>, Vec<u16>) =
+        (aw.iter().map(|&w| (w >> 9) as u16).collect(), bw.iter().map(|&w| w as u16).collect());
+    let mut want = vec![0u16; n];
+    r::select(&cond, &cs, &ah, &as_, &bh, &bs, &mut want, &out);
+    for level in levels() {
+        for threads in [1, 3] {
+            let mut got = vec![0u16; n];
+            simd::select(&ctx(level, Tier::Strict, threads), &cond, &cs, &ah, &as_, &bh, &bs, &mut got, &out);
+            assert_eq!(want, got, "SELECT 16-bit {cs:?} {as_:?} {bs:?} -> {out:?} {level:?} x{threads}");
+        }
+    }
+}
+
+/// An operand shape that broadcasts to `out` (as `broadcast_shapes` draws them).
+fn broadcast_shapes_to(rng: &mut Rng, out: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let rank = out.len();
+    let b = match rng.below(5) {
+        0 => out.to_vec(),
+        1 => vec![1],
+        2 => out[rng.below(rank as u64 + 1) as usize..].to_vec(),
+        3 => vec![],
+        _ => out.iter().map(|&d| if rng.below(2) == 0 { 1 } else { d }).collect(),
+    };
+    (out.to_vec(), b)
+}
+
+/// Outputs past the size from which the work is split over the pool (2^15), with a row, a
+/// column and a whole-tensor operand: every thread count gives the reference's bits.
+#[test]
+fn compare_and_select_large_outputs_split_over_threads() {
+    let (r_, c_) = (131, 517);
+    let n = r_ * c_;
+    let mut rng = Rng(5);
+    let a = rng.values(n, 40);
+    let mut row = rng.values(c_, 40);
+    mixed_with(&mut rng, &a[..c_], &mut row);
+    let col: Vec<i32> = (0..r_).map(|i| (i % 3) as i32 - 1).collect();
+    let cond: Vec<i32> = (0..n).map(|i| (i % 7 == 0) as i32).collect();
+    let aw: Vec<u32> = a.iter().map(|v| v.to_bits()).collect();
+    let rw: Vec<u32> = row.iter().map(|v| v.to_bits()).collect();
+    for (what, cs, cv) in [("col", vec![r_, 1], &col), ("full", vec![r_, c_], &cond)] {
+        let mut want = vec![0u32; n];
+        r::select(cv, &cs, &aw, &[r_, c_], &rw, &[c_], &mut want, &[r_, c_]);
+        for level in levels().into_iter().chain([SimdLevel::Scalar]) {
+            for t in [1, 2, 3] {
+                let mut got = vec![0u32; n];
+                simd::select(&ctx(level, Tier::Strict, t), cv, &cs, &aw, &[r_, c_], &rw, &[c_], &mut got, &[r_, c_]);
+                assert!(want == got, "SELECT {what} {level:?} x{t}");
+            }
+        }
+    }
+    for op in COMPARE {
+        let mut want = vec![0i32; n];
+        r::compare(op, &a, &[r_, c_], &row, &[c_], &mut want, &[r_, c_]);
+        for level in levels() {
+            for t in [1, 2, 3] {
+                let mut got = vec![0i32; n];
+                simd::compare(&ctx(level, Tier::Strict, t), op, &a, &[r_, c_], &row, &[c_], &mut got, &[r_, c_]);
+                assert!(want == got, "{op:?} {level:?} x{t}");
+            }
+        }
+    }
+}
+
 // ---- properties ------------------------------------------------------------------------------
 
 /// Checks `simd(strict) == reference`, and threads 1/2/3 agree (strict and fast).
@@ -352,7 +512,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn unary_matches(seed: u64, len in 0usize..2000, mix in 0u32..100, op in 0usize..10) {
+    fn unary_matches(seed: u64, len in 0usize..2000, mix in 0u32..100, op in 0usize..UNARY.len()) {
         let mut rng = Rng(seed);
         let a = rng.values(len, mix);
         let op = UNARY[op];
@@ -384,6 +544,11 @@ proptest! {
                 |c, o| simd::binary_scalar(c, op, a, s, o),
             );
         }
+    }
+
+    #[test]
+    fn compare_and_select_match(seed: u64, mix in 0u32..100, swap: bool) {
+        check_compare_and_select(seed, mix, swap);
     }
 
     #[test]

@@ -304,6 +304,189 @@ fn broadcasting() {
     );
 }
 
+// ---------------------------------------------------------------------------------------
+// Comparisons and SELECT: the operand types the ISA fixes (an i32 dst, an i32 cond).
+
+#[test]
+fn comparisons_write_i32_from_one_source_dtype() {
+    // Every source dtype, broadcasting as ADD does.
+    for d in [F32, F16, Bf16, I32] {
+        let mut b = B::new();
+        let x = b.input("x", d, &[c(2), c(3)]);
+        let z = b.input("z", d, &[c(3)]);
+        let k = b.temp("k", I32, &[c(2), c(3)]);
+        b.ops(&[
+            Insn::Alloc { t: k },
+            Insn::Eq { dst: k, a: x, b: z },
+            Insn::Lt { dst: k, a: z, b: x },
+            Insn::Le { dst: k, a: x, b: x },
+            Insn::Free { t: k },
+        ]);
+        ok(b);
+    }
+
+    let mut b = B::new();
+    let x = b.input("x", F32, &[c(4)]);
+    let y = b.temp("y", F32, &[c(4)]);
+    around(&mut b, y, Insn::Eq { dst: y, a: x, b: x });
+    assert_eq!(err(b), "instruction 1 (line 11, EQ): EQ's dst is always i32, but dst %y (f32[4]) is f32");
+
+    let mut b = B::new();
+    let x = b.input("x", F32, &[c(4)]);
+    let h = b.input("h", F16, &[c(4)]);
+    let k = b.temp("k", I32, &[c(4)]);
+    around(&mut b, k, Insn::Lt { dst: k, a: x, b: h });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, LT): dtype mismatch: a %x (f32[4]) is f32 but b %h (f16[4]) is f16; the operands \
+         must share one dtype"
+    );
+
+    // i32 against f32 is a mismatch too (no implicit conversion).
+    let mut b = B::new();
+    let x = b.input("x", I32, &[c(4)]);
+    let h = b.input("h", F32, &[c(4)]);
+    let k = b.temp("k", I32, &[c(4)]);
+    around(&mut b, k, Insn::Le { dst: k, a: x, b: h });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, LE): dtype mismatch: a %x (i32[4]) is i32 but b %h (f32[4]) is f32; the operands \
+         must share one dtype"
+    );
+
+    let mut b = B::new();
+    let x = b.input("x", F32, &[c(2), c(3)]);
+    let z = b.input("z", F32, &[c(4)]);
+    let k = b.temp("k", I32, &[c(2), c(3)]);
+    around(&mut b, k, Insn::Lt { dst: k, a: x, b: z });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, LT): shapes do not broadcast: a %x (f32[2, 3]) and b %z (f32[4]) have sizes 3 \
+         and 4 on axis -1 (sizes must be equal or 1)"
+    );
+
+    let mut b = B::new();
+    let x = b.input("x", Bf16, &[c(2), c(3)]);
+    let k = b.temp("k", I32, &[c(3)]);
+    around(&mut b, k, Insn::Le { dst: k, a: x, b: x });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, LE): dst %k (i32[3]) should be [2, 3] (the broadcast shape of a and b)"
+    );
+}
+
+#[test]
+fn select_takes_an_i32_cond_and_one_dtype_for_the_rest() {
+    // Every dtype; dst larger than both a and b (an expand: cond has dst's shape).
+    for d in [F32, F16, Bf16, I32] {
+        let mut b = B::new();
+        let m = b.input("m", I32, &[c(4), c(5)]);
+        let x = b.input("x", d, &[c(1), c(5)]);
+        let z = b.input("z", d, &[]);
+        let y = b.temp("y", d, &[c(4), c(5)]);
+        b.ops(&[
+            Insn::Alloc { t: y },
+            Insn::Select { dst: y, cond: m, a: x, b: x },
+            Insn::Select { dst: y, cond: m, a: z, b: y },
+            Insn::Free { t: y },
+        ]);
+        ok(b);
+    }
+    // cond broadcast too: [4, 1] against [1, 5] and a scalar.
+    let mut b = B::new();
+    let m = b.input("m", I32, &[c(4), c(1)]);
+    let x = b.input("x", F32, &[c(1), c(5)]);
+    let z = b.input("z", F32, &[]);
+    let y = b.temp("y", F32, &[c(4), c(5)]);
+    around(&mut b, y, Insn::Select { dst: y, cond: m, a: x, b: z });
+    ok(b);
+
+    let mut b = B::new();
+    let m = b.input("m", F32, &[c(4)]);
+    let x = b.input("x", F32, &[c(4)]);
+    let y = b.temp("y", F32, &[c(4)]);
+    around(&mut b, y, Insn::Select { dst: y, cond: m, a: x, b: x });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, SELECT): SELECT's cond is always i32, but cond %m (f32[4]) is f32"
+    );
+
+    let mut b = B::new();
+    let m = b.input("m", I32, &[c(4)]);
+    let x = b.input("x", F32, &[c(4)]);
+    let h = b.input("h", F16, &[c(4)]);
+    let y = b.temp("y", F32, &[c(4)]);
+    around(&mut b, y, Insn::Select { dst: y, cond: m, a: x, b: h });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, SELECT): dtype mismatch: dst %y (f32[4]) is f32 but b %h (f16[4]) is f16; the \
+         operands must share one dtype"
+    );
+
+    let mut b = B::new();
+    let m = b.input("m", I32, &[c(4)]);
+    let x = b.input("x", F32, &[c(4)]);
+    let y = b.temp("y", Bf16, &[c(4)]);
+    around(&mut b, y, Insn::Select { dst: y, cond: m, a: x, b: x });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, SELECT): dtype mismatch: dst %y (bf16[4]) is bf16 but a %x (f32[4]) is f32; the \
+         operands must share one dtype"
+    );
+
+    let mut b = B::new();
+    let m = b.input("m", I32, &[c(3)]);
+    let x = b.input("x", F32, &[c(2), c(4)]);
+    let z = b.input("z", F32, &[c(4)]);
+    let y = b.temp("y", F32, &[c(2), c(4)]);
+    around(&mut b, y, Insn::Select { dst: y, cond: m, a: x, b: z });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, SELECT): shapes do not broadcast: cond %m (i32[3]) and a %x (f32[2, 4]) have \
+         sizes 3 and 4 on axis -1 (sizes must be equal or 1)"
+    );
+
+    // Each pair broadcasts but for cond and b.
+    let mut b = B::new();
+    let m = b.input("m", I32, &[c(4), c(1)]);
+    let x = b.input("x", F32, &[c(1), c(5)]);
+    let z = b.input("z", F32, &[c(3), c(1)]);
+    let y = b.temp("y", F32, &[c(4), c(5)]);
+    around(&mut b, y, Insn::Select { dst: y, cond: m, a: x, b: z });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, SELECT): shapes do not broadcast: cond %m (i32[4, 1]) and b %z (f32[3, 1]) have \
+         sizes 4 and 3 on axis -2 (sizes must be equal or 1)"
+    );
+
+    let mut b = B::new();
+    let m = b.input("m", I32, &[c(4), c(5)]);
+    let x = b.input("x", F32, &[c(1), c(5)]);
+    let y = b.temp("y", F32, &[c(5)]);
+    around(&mut b, y, Insn::Select { dst: y, cond: m, a: x, b: x });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, SELECT): dst %y (f32[5]) should be [4, 5] (the broadcast shape of cond, a and b)"
+    );
+}
+
+#[test]
+fn erf_takes_floats() {
+    let mut b = B::new();
+    let x = b.input("x", I32, &[c(4)]);
+    let y = b.temp("y", I32, &[c(4)]);
+    around(&mut b, y, Insn::Erf { dst: y, a: x });
+    assert_eq!(
+        err(b),
+        "instruction 1 (line 11, ERF): ERF takes float (f32, f16, bf16) tensors, but dst %y (i32[4]) is i32"
+    );
+    let mut b = B::new();
+    let x = b.input("x", Bf16, &[c(4)]);
+    let y = b.temp("y", Bf16, &[c(4)]);
+    around(&mut b, y, Insn::Erf { dst: y, a: x });
+    ok(b);
+}
+
 #[test]
 fn unary_shape() {
     let mut b = B::new();

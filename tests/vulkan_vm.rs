@@ -468,13 +468,45 @@ fn every_opcode_gives_the_cpu_bits_on_vulkan() {
     assert_eq!(sc[..37], xb[2 * 37..3 * 37]);
     assert!(sc[37..4 * 37].iter().all(|&v| v == 0.5f32.to_bits()), "SCATTER keeps the rows it does not name");
 
+    // The comparisons, SELECT and ERF on every dtype, broadcasting and expanding, with the
+    // model's bits (tests/common/cmpsel.rs).
+    let (r, c) = (7, 300);
+    let cs = build(&cmpsel::program(r, c, &[""]));
+    let cs_inputs = cmpsel::inputs(41, r, c);
+    let ins: Vec<(&str, HostTensor)> = cs_inputs.tensors.iter().map(|(n, t)| (*n, t.clone())).collect();
+    let outs = same_bits("comparisons and SELECT", &cs, &ins);
+    cmpsel::check_model(&cs_inputs, &outs, "comparisons and SELECT");
+
     // Coverage: every opcode of the ISA appears in these programs or in kernel.s (KERNEL).
     let mut seen = opcodes(&f32_ops);
+    seen.extend(opcodes(&cs));
     seen.extend(opcodes(&mixed));
     seen.extend(opcodes(&decoder));
     seen.extend(opcodes(&program_file("kernel.s")));
     let missing: Vec<&str> = OP_INFO.iter().filter(|i| !seen.contains(&i.opcode)).map(|i| i.name).collect();
     assert!(missing.is_empty(), "opcodes not covered by the Vulkan suite: {missing:?}");
+}
+
+/// The comparisons, SELECT and ERF at a size past a GPU grid's first pass, all on the device,
+/// then placed `@cpu` and `@gpu` in turn (so results cross between host and device both
+/// ways): the CPU's bits and the model's.
+#[test]
+fn comparisons_and_select_on_the_device_give_the_cpu_and_model_bits() {
+    if !vulkan() {
+        return;
+    }
+    let (r, c) = (61, 1031);
+    let inputs = cmpsel::inputs(7, r, c);
+    let ins: Vec<(&str, HostTensor)> = inputs.tensors.iter().map(|(n, t)| (*n, t.clone())).collect();
+    let outs = same_bits("comparisons and SELECT", &build(&cmpsel::program(r, c, &[""])), &ins);
+    cmpsel::check_model(&inputs, &outs, "Vulkan");
+    for placements in [["@cpu", "@gpu"], ["@gpu", "@cpu"]] {
+        let placed = build(&cmpsel::program(r, c, &placements));
+        let mixed = run_with(&placed, &ins, gpu()).unwrap_or_else(|e| panic!("{placements:?}: {e}"));
+        for (name, t) in &outs {
+            assert!(mixed[name] == *t, "output {name} with placements {placements:?} differs");
+        }
+    }
 }
 
 #[test]
@@ -648,6 +680,11 @@ enum Form {
     Reduce,
     /// `OP %k, a` into the i32 [R, 1] tensor %k, then %k cast into %r (ARGMAX).
     Argmax,
+    /// `OP %kc, a, b` into the i32 [R, C] tensor %kc (broadcasting), then %kc cast into dst
+    /// (EQ, LT, LE: an i32 `dst` in the ISA table).
+    Compare,
+    /// `OP dst, %kc, a, b`: the comparisons' last result picks (SELECT: an i32 `cond`).
+    Select,
     /// `OP %s, a, 1, r7` from a tensor at a register offset (SLICE_R) into the [R, W] tensor %s.
     SliceR,
     /// `OP dst, %s, 1, r7` or `OP dst, %q, 0, r7`: a window of dst at a register offset (PUT).
@@ -665,8 +702,9 @@ enum Form {
 /// Every strict-tier opcode whose operands the generator knows how to fill, found in the
 /// generated ISA table (`OP_INFO`) by its group, dtype class, required operand kinds and
 /// whether it writes in part: an opcode added to opcodes/isa.toml with one of these forms joins
-/// the differential test unchanged. The float forms take float or numeric opcodes; the
-/// decoder's (ARGMAX, SLICE_R, PUT, SCATTER, TSET, TGET) are any-dtype ones.
+/// the differential test unchanged. The float forms take float or numeric opcodes with no
+/// operand of fixed dtype; the decoder's (ARGMAX, SLICE_R, PUT, SCATTER, TSET, TGET) are
+/// any-dtype ones; the comparisons write an i32 `dst` and SELECT reads an i32 `cond`.
 fn isa_ops() -> Vec<(&'static adeadvm::isa::OpInfo, Form)> {
     use adeadvm::isa::{DtypeClass, Group, OperandKind as K, Tier};
     OP_INFO
@@ -676,8 +714,19 @@ fn isa_ops() -> Vec<(&'static adeadvm::isa::OpInfo, Form)> {
             let required: Vec<K> =
                 i.operands.iter().filter(|o| o.default.is_none()).map(|o| o.kind).collect();
             let partial = i.operands.iter().any(|o| o.partial);
-            let float = matches!(i.dtypes, DtypeClass::Float | DtypeClass::Numeric);
+            // An operand of fixed dtype: the float forms do not fit.
+            let fixed = |name: &str| i.operands.iter().find(|o| o.name == name).and_then(|o| o.dtype);
+            let float = matches!(i.dtypes, DtypeClass::Float | DtypeClass::Numeric)
+                && i.operands.iter().all(|o| o.dtype.is_none());
             let form = match (i.group, required.as_slice(), partial) {
+                (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor], false) if fixed("dst") == Some(DType::I32) => {
+                    Form::Compare
+                }
+                (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor, K::Tensor], false)
+                    if fixed("cond") == Some(DType::I32) =>
+                {
+                    Form::Select
+                }
                 (Group::Elementwise, [K::Tensor, K::Tensor], false) if float => Form::Unary,
                 (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor], false) if float => Form::Binary,
                 (Group::Elementwise, [K::Tensor, K::Tensor, K::F32], false) if float => Form::Scalar,
@@ -703,7 +752,8 @@ fn isa_ops() -> Vec<(&'static adeadvm::isa::OpInfo, Form)> {
 /// eps) are written or left out at random. The decoder's forms work through %k (i32 [R, 1],
 /// ARGMAX results), %s (f32 [R, W] windows, W = ceil(C / 2)), %q (f32 [1, C]), %s1 (f32
 /// [R, 1]) and %ix (i32 [R] row indices, all 0 at first, so SCATTER meets repeats), at
-/// register offsets in range drawn from the op's choices.
+/// register offsets in range drawn from the op's choices. The comparisons write %kc (i32
+/// [R, C], all 1 at first), which SELECT takes as its condition.
 fn random_program(ops: &[(u8, u8, u8, u8)], r: usize, c: usize) -> String {
     let table = isa_ops();
     let w = c.div_ceil(2);
@@ -713,7 +763,8 @@ fn random_program(ops: &[(u8, u8, u8, u8)], r: usize, c: usize) -> String {
          ALLOC %a: f32[{r}, {c}]\nALLOC %b: f32[{r}, {c}]\n\
          ALLOC %r: f32[{r}, 1]\nCOPY %a, %x\nCOPY %b, %x\nFILL %r, 0.5\n\
          ALLOC %k: i32[{r}, 1]\nFILL %k, 0\nALLOC %s: f32[{r}, {w}]\nFILL %s, -0.5\nALLOC %q: f32[1, {c}]\n\
-         FILL %q, 0.25\nALLOC %s1: f32[{r}, 1]\nALLOC %ix: i32[{r}]\nFILL %ix, 0\n"
+         FILL %q, 0.25\nALLOC %s1: f32[{r}, 1]\nALLOC %ix: i32[{r}]\nFILL %ix, 0\n\
+         ALLOC %kc: i32[{r}, {c}]\nFILL %kc, 1\n"
     );
     for &(op, d, a, b) in ops {
         let (info, form) = &table[op as usize % table.len()];
@@ -748,6 +799,8 @@ fn random_program(ops: &[(u8, u8, u8, u8)], r: usize, c: usize) -> String {
             Form::Matmul => format!("{m} {dst}, {a_t}, %w{}\n", optional(b)),
             Form::Reduce => format!("{m} %r, {a_t}, -1\n"),
             Form::Argmax => format!("{m} %k, {a_t}\nCAST %r, %k\n"),
+            Form::Compare => format!("{m} %kc, {a_t}, {b_t}\nCAST {dst}, %kc\n"),
+            Form::Select => format!("{m} {dst}, %kc, {a_t}, {b_t}\n"),
             Form::SliceR => format!("ISET r7, {}\n{m} %s, {a_t}, 1, r7\n", b as usize % (c - w + 1)),
             Form::Put if b % 2 == 0 => {
                 format!("ISET r7, {}\n{m} {dst}, %s, 1, r7\n", a as usize % (c - w + 1))
@@ -770,17 +823,20 @@ fn random_program(ops: &[(u8, u8, u8, u8)], r: usize, c: usize) -> String {
         };
     }
     s + "STORE y, %a\nSTORE z, %r\nSTORE s, %s\nSTORE k, %k\nFREE %ix\nFREE %s1\nFREE %q\nFREE %s\nFREE %k\n\
-         FREE %a\nFREE %b\nFREE %r\n"
+         FREE %a\nFREE %b\nFREE %r\nFREE %kc\n"
 }
 
 #[test]
 fn the_differential_generator_covers_every_form_in_the_isa_table() {
     let forms: BTreeSet<String> = isa_ops().iter().map(|(_, f)| format!("{f:?}")).collect();
-    assert_eq!(forms.len(), 12, "{forms:?}");
+    assert_eq!(forms.len(), 14, "{forms:?}");
     let names: BTreeSet<&str> = isa_ops().iter().map(|(i, _)| i.name).collect();
     let decoder = ["SILU", "ARGMAX", "SLICE_R", "PUT", "SCATTER", "TSET", "TGET"];
-    for op in
-        ["ADD", "ADD_S", "EXP", "GELU", "MATMUL", "SOFTMAX", "LAYERNORM", "REDUCE_MAX"].iter().chain(&decoder)
+    let masks = ["ERF", "EQ", "LT", "LE", "SELECT"];
+    for op in ["ADD", "ADD_S", "EXP", "GELU", "MATMUL", "SOFTMAX", "LAYERNORM", "REDUCE_MAX"]
+        .iter()
+        .chain(&decoder)
+        .chain(&masks)
     {
         assert!(names.contains(op), "{op} is generated: {names:?}");
     }

@@ -18,6 +18,7 @@ float ew_unary(uint op, float x) {
     case 8u: return strict_tanh(x);
     case 9u: return strict_gelu(x);
     case 10u: return strict_silu(x);
+    case 11u: return strict_erf(x);
     }
     return strict_i_nan();
 }

@@ -146,7 +146,8 @@ impl Tier {
     }
 }
 
-/// Which element types an opcode's tensor operands take.
+/// Which element types an opcode's tensor operands take (except those with a fixed
+/// [`OperandInfo::dtype`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DtypeClass {
     /// f32, f16, bf16.
@@ -195,6 +196,10 @@ pub struct OperandInfo {
     pub offset: u8,
     /// Present for optional operands.
     pub default: Option<Operand>,
+    /// For a tensor operand whose dtype is fixed whatever the opcode's [`DtypeClass`] says
+    /// (`operand_dtypes` in opcodes/isa.toml: the comparisons' i32 `dst`, SELECT's i32 `cond`),
+    /// that dtype. The class applies to the other tensor operands.
+    pub dtype: Option<DType>,
 }
 
 /// Static description of one opcode.

@@ -213,11 +213,19 @@ impl Check<'_, '_> {
             }
         }
 
-        // Dtype class of every tensor operand.
+        // Dtype class of every tensor operand, or the one dtype the ISA fixes for it.
         for (op, oi) in insn.operands().iter().zip(info.operands) {
             if let Operand::Tensor(t) | Operand::TensorOpt(Some(t)) = *op {
                 let d = self.dtype(t)?;
-                if !info.dtypes.admits(d) {
+                if let Some(want) = oi.dtype {
+                    if d != want {
+                        return Err(format!(
+                            "{m}'s {} is always {want}, but {} is {d}",
+                            oi.name,
+                            self.role(oi.name, t)
+                        ));
+                    }
+                } else if !info.dtypes.admits(d) {
                     let class = match info.dtypes.name() {
                         "float" => "float (f32, f16, bf16)",
                         "numeric" => "numeric (f32, f16, bf16, i32)",
@@ -530,6 +538,7 @@ impl Check<'_, '_> {
 
             Insn::Neg { dst, a }
             | Insn::Silu { dst, a }
+            | Insn::Erf { dst, a }
             | Insn::Abs { dst, a }
             | Insn::Sqrt { dst, a }
             | Insn::Rsqrt { dst, a }
@@ -547,6 +556,24 @@ impl Check<'_, '_> {
             | Insn::MinS { dst, a, .. } => {
                 self.same_dtype(&[("dst", dst), ("a", a)])?;
                 self.same_shape(("dst", dst), ("a", a))
+            }
+
+            // dst is i32 (the generic check above); a and b share one dtype.
+            Insn::Eq { dst, a, b } | Insn::Lt { dst, a, b } | Insn::Le { dst, a, b } => {
+                self.same_dtype(&[("a", a), ("b", b)])?;
+                let want = self.broadcast(("a", a), ("b", b))?;
+                self.expect_shape(("dst", dst), &want, "the broadcast shape of a and b")
+            }
+
+            // cond is i32 (the generic check above); every pair of cond, a and b broadcasts,
+            // so the three do together (numpy: on each axis the sizes other than 1 agree).
+            Insn::Select { dst, cond, a, b } => {
+                self.same_dtype(&[("dst", dst), ("a", a), ("b", b)])?;
+                let ab = self.broadcast(("a", a), ("b", b))?;
+                self.broadcast(("cond", cond), ("a", a))?;
+                self.broadcast(("cond", cond), ("b", b))?;
+                let want = broadcast(self.shape(cond)?, &ab).map_err(|_| "internal: pairs checked".to_string())?;
+                self.expect_shape(("dst", dst), &want, "the broadcast shape of cond, a and b")
             }
 
             Insn::Add { dst, a, b }

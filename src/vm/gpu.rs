@@ -25,7 +25,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::exec::cpu::reference::{strides, Binary, MatmulShape, Reduce, Unary};
+use crate::exec::cpu::reference::{strides, Binary, Compare, MatmulShape, Reduce, Unary};
 use crate::exec::vulkan::ops::rows::Tuning;
 use crate::exec::vulkan::ops::{data, rows};
 use crate::exec::vulkan::{
@@ -1027,6 +1027,27 @@ impl Vm {
             Insn::Tanh { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Tanh)?,
             Insn::Gelu { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Gelu)?,
             Insn::Silu { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Silu)?,
+            Insn::Erf { dst, a } => cost = self.gpu_unary(p, f, dst, a, Unary::Erf)?,
+            Insn::Eq { dst, a, b } => cost = self.gpu_compare(p, f, dst, a, b, Compare::Eq)?,
+            Insn::Lt { dst, a, b } => cost = self.gpu_compare(p, f, dst, a, b, Compare::Lt)?,
+            Insn::Le { dst, a, b } => cost = self.gpu_compare(p, f, dst, a, b, Compare::Le)?,
+            Insn::Select { dst, cond, a, b } => {
+                let size = dt(dst).size() as u64;
+                let (sc, sa, sb, so) = (shape(f, cond), shape(f, a), shape(f, b), shape(f, dst));
+                cost = (0, n_of(f, cond) * 4 + (n_of(f, a) + n_of(f, b) + n_of(f, dst)) * size);
+                // Each element is read only at the index it is written (an operand that is the
+                // destination has its shape): no copy aside. 16-bit a and b are unpacked to a
+                // word an element and the result packed back.
+                let c = self.src(p, f, cond)?;
+                let (va, vb) = if size == 2 {
+                    (self.src_words(p, f, a, dst)?, self.src_words(p, f, b, dst)?)
+                } else {
+                    (self.src(p, f, a)?, self.src(p, f, b)?)
+                };
+                self.with_dst_words(f, p, dst, |g, d| {
+                    data::select(g.exec.kernels(), &mut g.rec, d, &c, &sc, &va, &sa, &vb, &sb, &so)
+                })?;
+            }
             Insn::Add { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Add)?,
             Insn::Sub { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Sub)?,
             Insn::Mul { dst, a, b } => cost = self.gpu_binary(p, f, dst, a, b, Binary::Mul)?,
@@ -1317,6 +1338,32 @@ impl Vm {
             })?;
         }
         Ok((n(dst), (n(a) + n(b) + n(dst)) * dtype.size() as u64))
+    }
+
+    /// Records a comparison (EQ, LT, LE): i32 1 or 0 into dst from a and b of one dtype, f32
+    /// or i32 as stored, f16 and bf16 widened exactly to f32 first; returns its (flops, bytes).
+    fn gpu_compare(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        a: TensorId,
+        b: TensorId,
+        op: Compare,
+    ) -> Result<(u64, u64), VmError> {
+        let sd = p.tensors[a.0 as usize].dtype;
+        let (sa, sb, so) = (&f.shapes[a.0 as usize], &f.shapes[b.0 as usize], &f.shapes[dst.0 as usize]);
+        let n = |t: TensorId| f.counts[t.0 as usize];
+        // Elementwise: an operand that is dst (all i32) is read only where it is written.
+        let (va, vb) = if sd == DType::I32 {
+            (self.src(p, f, a)?, self.src(p, f, b)?)
+        } else {
+            (self.src_f32(p, f, a, dst, true)?, self.src_f32(p, f, b, dst, true)?)
+        };
+        let d = self.dst(f, dst)?;
+        let g = self.gpu_mut();
+        data::compare(g.exec.kernels(), &mut g.rec, op, sd == DType::I32, &d, &va, sa, &vb, sb, so)?;
+        Ok((n(dst), (n(a) + n(b)) * sd.size() as u64 + n(dst) * 4))
     }
 
     /// Records a float binary instruction with a scalar immediate; returns its (flops, bytes).

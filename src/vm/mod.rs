@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::exec::cpu::fpenv::FtzGuard;
-use crate::exec::cpu::reference::{self as r, Binary, MatmulShape, Reduce, Unary};
+use crate::exec::cpu::reference::{self as r, Binary, Compare, MatmulShape, Reduce, Unary};
 use crate::exec::cpu::{self as cpu, simd, worker_pool, Ctx, SimdLevel};
 use crate::format::{ConstData, Program, TensorKind};
 use crate::isa::{DType, Dim, Insn, Instruction, TensorId, MAX_TENSOR_READS};
@@ -845,6 +845,11 @@ impl Vm {
             Insn::Tanh { dst, a } => cost = self.unary(p, f, dst, a, Unary::Tanh),
             Insn::Gelu { dst, a } => cost = self.unary(p, f, dst, a, Unary::Gelu),
             Insn::Silu { dst, a } => cost = self.unary(p, f, dst, a, Unary::Silu),
+            Insn::Erf { dst, a } => cost = self.unary(p, f, dst, a, Unary::Erf),
+            Insn::Eq { dst, a, b } => cost = self.compare(p, f, dst, a, b, Compare::Eq),
+            Insn::Lt { dst, a, b } => cost = self.compare(p, f, dst, a, b, Compare::Lt),
+            Insn::Le { dst, a, b } => cost = self.compare(p, f, dst, a, b, Compare::Le),
+            Insn::Select { dst, cond, a, b } => cost = self.select(p, f, dst, cond, a, b),
             Insn::Add { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Add),
             Insn::Sub { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Sub),
             Insn::Mul { dst, a, b } => cost = self.binary(p, f, dst, a, b, Binary::Mul),
@@ -1028,6 +1033,66 @@ impl Vm {
                 )
             });
         }
+        cost
+    }
+
+    /// A comparison (EQ, LT, LE): i32 1 or 0 from a and b of one dtype, broadcasting; f16 and
+    /// bf16 widen exactly to f32 first. Returns its (flops, bytes).
+    fn compare(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        a: TensorId,
+        b: TensorId,
+        op: Compare,
+    ) -> (u64, u64) {
+        let sd = p.tensors[a.0 as usize].dtype;
+        let (sa, sb, so) = (&f.shapes[a.0 as usize], &f.shapes[b.0 as usize], &f.shapes[dst.0 as usize]);
+        let n = |t: TensorId| f.counts[t.0 as usize];
+        let cost = (n(dst), (n(a) + n(b)) * sd.size() as u64 + n(dst) * 4);
+        let ctx = f.ctx();
+        self.with_operands(p, f, dst, &[Some(a), Some(b)], |out, views| {
+            let (va, vb) = (views[0].unwrap_or_default(), views[1].unwrap_or_default());
+            let out: &mut [i32] = bytemuck::cast_slice_mut(out);
+            if sd == DType::I32 {
+                let (x, y): (Cow<[i32]>, Cow<[i32]>) = (cast_or_copy(va), cast_or_copy(vb));
+                simd::compare_i32(&ctx, op, &x, sa, &y, sb, out, so);
+            } else {
+                let (x, y) = (to_f32(va, sd), to_f32(vb, sd));
+                simd::compare(&ctx, op, &x, sa, &y, sb, out, so);
+            }
+        });
+        cost
+    }
+
+    /// SELECT: the chosen elements' bits, moved as 32- or 16-bit words; returns its (flops, bytes).
+    fn select(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        dst: TensorId,
+        cond: TensorId,
+        a: TensorId,
+        b: TensorId,
+    ) -> (u64, u64) {
+        let size = p.tensors[dst.0 as usize].dtype.size();
+        let shape = |t: TensorId| f.shapes[t.0 as usize].as_slice();
+        let (sc, sa, sb, so) = (shape(cond), shape(a), shape(b), shape(dst));
+        let n = |t: TensorId| f.counts[t.0 as usize];
+        let cost = (0, n(cond) * 4 + (n(a) + n(b) + n(dst)) * size as u64);
+        let ctx = f.ctx();
+        self.with_operands(p, f, dst, &[Some(cond), Some(a), Some(b)], |out, views| {
+            let c: Cow<[i32]> = cast_or_copy(views[0].unwrap_or_default());
+            let (va, vb) = (views[1].unwrap_or_default(), views[2].unwrap_or_default());
+            if size == 2 {
+                let (x, y): (Cow<[u16]>, Cow<[u16]>) = (cast_or_copy(va), cast_or_copy(vb));
+                simd::select(&ctx, &c, sc, &x, sa, &y, sb, bytemuck::cast_slice_mut(out), so);
+            } else {
+                let (x, y): (Cow<[u32]>, Cow<[u32]>) = (cast_or_copy(va), cast_or_copy(vb));
+                simd::select(&ctx, &c, sc, &x, sa, &y, sb, bytemuck::cast_slice_mut(out), so);
+            }
+        });
         cost
     }
 

@@ -23,13 +23,16 @@
 //!   forms when no observer wants data or timing; the step budget is never overrun. An observer
 //!   that stops the run inside a batch finds the batch's later instructions already run: they
 //!   wrote temporaries only, which nothing outside the run sees.)
-//! - Members are float kernels with every operand f32 and aligned (the common case), the
-//!   destination not among the sources, and none can fail at run time.
+//! - Members are kernels with every operand 32-bit and aligned (the common case), the
+//!   destination not among the sources, and none can fail at run time: the float kernels with
+//!   every operand f32; the comparisons on f32 or i32 sources, writing i32; SELECT with an i32
+//!   condition, moving 32-bit words. The task sees every operand as a slice of 32-bit words
+//!   (typed f32; the comparisons and SELECT reinterpret them, which changes no bit).
 
 use std::ops::{ControlFlow, Range};
 
 use super::{norm_axis, ConstStore, Frame, Loc, Observer, StepEvent, Vm};
-use crate::exec::cpu::reference::{Binary, MatmulShape, Reduce, Unary};
+use crate::exec::cpu::reference::{Binary, Compare, MatmulShape, Reduce, Unary};
 use crate::exec::cpu::{self as cpu, simd, Ctx};
 use crate::format::{ConstData, Program, TensorKind};
 use crate::isa::{DType, Group, Insn, Opcode, TensorId, TensorOperands, MAX_TENSOR_READS};
@@ -87,9 +90,17 @@ fn cost(f: &Frame, insn: &Insn, dst: TensorId, srcs: &[Option<TensorId>]) -> (u6
     let (nd, ns0) = (n(dst), srcs[0].map_or(0, n));
     match insn.opcode() {
         Opcode::Matmul => (2 * nd * depth(f, insn), (ns0 + srcs[1].map_or(0, n) + nd) * 4),
-        Opcode::Add | Opcode::Sub | Opcode::Mul | Opcode::Div | Opcode::Max | Opcode::Min => {
-            (nd, (ns0 + srcs[1].map_or(0, n) + nd) * 4)
-        }
+        Opcode::Add
+        | Opcode::Sub
+        | Opcode::Mul
+        | Opcode::Div
+        | Opcode::Max
+        | Opcode::Min
+        | Opcode::Eq
+        | Opcode::Lt
+        | Opcode::Le => (nd, (ns0 + srcs[1].map_or(0, n) + nd) * 4),
+        // Data movement: no flops; the condition, a, b and dst words.
+        Opcode::Select => (0, (ns0 + srcs[1].map_or(0, n) + srcs[2].map_or(0, n) + nd) * 4),
         Opcode::Softmax => (5 * nd, 2 * nd * 4),
         Opcode::Layernorm => (8 * nd, 2 * nd * 4),
         Opcode::Rmsnorm => (4 * nd, 2 * nd * 4),
@@ -114,8 +125,26 @@ fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
 /// Runs one batch member on its sources (`ins` holds them in the slots of
 /// [`TensorOperands::srcs`]): the same calls as `Vm::exec`. Every instruction is listed: a new
 /// opcode must say here whether and how it runs in a batch.
-fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<&[f32]>; MAX_TENSOR_READS]) {
+fn run_kernel(
+    ctx: &Ctx,
+    p: &Program,
+    f: &Frame,
+    insn: &Insn,
+    out: &mut [f32],
+    ins: &[Option<&[f32]>; MAX_TENSOR_READS],
+) {
     let shape = |t: TensorId| f.shapes[t.0 as usize].as_slice();
+    // EQ, LT and LE: f32 or i32 sources (`member`), an i32 destination.
+    let compare = |op: Compare, a: TensorId, b: TensorId, dst: TensorId, out: &mut [f32]| {
+        let out: &mut [i32] = bytemuck::cast_slice_mut(out);
+        let (x, y) = (ins[0].unwrap_or_default(), ins[1].unwrap_or_default());
+        if p.tensors[a.0 as usize].dtype == DType::I32 {
+            let (x, y) = (bytemuck::cast_slice(x), bytemuck::cast_slice(y));
+            simd::compare_i32(ctx, op, x, shape(a), y, shape(b), out, shape(dst))
+        } else {
+            simd::compare(ctx, op, x, shape(a), y, shape(b), out, shape(dst))
+        }
+    };
     let x = ins[0].unwrap_or_default();
     let unary = |op: Unary, out: &mut [f32]| simd::unary(ctx, op, x, out);
     let binary = |op: Binary, a: TensorId, b: TensorId, dst: TensorId, out: &mut [f32]| {
@@ -157,6 +186,16 @@ fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<
         Insn::Tanh { .. } => unary(Unary::Tanh, out),
         Insn::Gelu { .. } => unary(Unary::Gelu, out),
         Insn::Silu { .. } => unary(Unary::Silu, out),
+        Insn::Erf { .. } => unary(Unary::Erf, out),
+        Insn::Eq { dst, a, b } => compare(Compare::Eq, a, b, dst, out),
+        Insn::Lt { dst, a, b } => compare(Compare::Lt, a, b, dst, out),
+        Insn::Le { dst, a, b } => compare(Compare::Le, a, b, dst, out),
+        Insn::Select { dst, cond, a, b } => {
+            let c: &[i32] = bytemuck::cast_slice(ins[0].unwrap_or_default());
+            let (x, y) = (as_words(ins[1]), as_words(ins[2]));
+            let out: &mut [u32] = bytemuck::cast_slice_mut(out);
+            simd::select(ctx, c, shape(cond), x, shape(a), y, shape(b), out, shape(dst))
+        }
         Insn::Softmax { x: xt, mask, scale, .. } => {
             simd::softmax(ctx, x, shape(xt), ins[1].zip(mask.map(shape)), scale, out)
         }
@@ -208,8 +247,14 @@ fn run_kernel(ctx: &Ctx, f: &Frame, insn: &Insn, out: &mut [f32], ins: &[Option<
     }
 }
 
-/// Whether an instruction may run as a batch member (see [`run_kernel`]): the f32 kernels of
-/// the elementwise and tensor groups. ARGMAX writes i32 and runs one at a time.
+/// A batch member's 32-bit words as they are (SELECT moves them without a look).
+fn as_words(s: Option<&[f32]>) -> &[u32] {
+    bytemuck::cast_slice(s.unwrap_or_default())
+}
+
+/// Whether an instruction may run as a batch member (see [`run_kernel`]): the kernels of the
+/// elementwise and tensor groups (`member` says which operand types). ARGMAX writes i32 and
+/// runs one at a time.
 fn batchable(insn: &Insn) -> bool {
     matches!(insn.info().group, Group::Elementwise | Group::Tensor) && !matches!(insn, Insn::Argmax { .. })
 }
@@ -230,8 +275,8 @@ unsafe impl Send for ArenaPtr {}
 unsafe impl Sync for ArenaPtr {}
 
 impl Vm {
-    /// The member an instruction would be, if it may join a batch (large enough, f32 and
-    /// aligned operands, destination in the arena and not read by itself).
+    /// The member an instruction would be, if it may join a batch (large enough, 32-bit operands
+    /// of the types its kernel takes in a batch, destination in the arena and not read by itself).
     fn member(&self, p: &Program, f: &Frame, index: usize, insn: &Insn) -> Option<Member> {
         let (dst, srcs) = operands(insn)?;
         let elements = f.counts[dst.0 as usize].max(srcs[0].map_or(0, |s| f.counts[s.0 as usize]));
@@ -240,11 +285,16 @@ impl Vm {
         }
         // Block-quantized constants are f32 values stored as blocks: they run alone, through
         // `Vm::exec`, which reads them as blocks (a batch would read their bytes as f32).
-        let f32_ok = |t: TensorId| {
-            let decl = &p.tensors[t.0 as usize];
-            decl.dtype == DType::F32 && !matches!(decl.kind, TensorKind::Const(ConstData::Blocks { .. }))
+        let blocks = |t: TensorId| matches!(p.tensors[t.0 as usize].kind, TensorKind::Const(ConstData::Blocks { .. }));
+        let dt = |t: TensorId| p.tensors[t.0 as usize].dtype;
+        let types_ok = match *insn {
+            // i32 dst and one source dtype (the verifier's rules): f32 or i32 sources.
+            Insn::Eq { a, .. } | Insn::Lt { a, .. } | Insn::Le { a, .. } => matches!(dt(a), DType::F32 | DType::I32),
+            // i32 cond; a, b and dst of one dtype: 32-bit words.
+            Insn::Select { dst, .. } => dt(dst).size() == 4,
+            _ => dt(dst) == DType::F32 && srcs.iter().flatten().all(|&s| dt(s) == DType::F32),
         };
-        if !f32_ok(dst) || srcs.iter().flatten().any(|&s| s == dst || !f32_ok(s)) {
+        if !types_ok || blocks(dst) || srcs.iter().flatten().any(|&s| s == dst || blocks(s)) {
             return None;
         }
         let Loc::Arena(r) = &f.locs[dst.0 as usize] else { return None };
@@ -357,7 +407,7 @@ impl Vm {
                         let out = unsafe {
                             std::slice::from_raw_parts_mut(arena.at(m.dst.start) as *mut f32, m.dst.len() / 4)
                         };
-                        run_kernel(&ctx, f, insn, out, ins);
+                        run_kernel(&ctx, p, f, insn, out, ins);
                     });
                 }
             })

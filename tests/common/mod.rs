@@ -1,6 +1,7 @@
 //! Shared test harness: assemble a program from text, run it, and compare against references.
 #![allow(dead_code)]
 
+pub mod cmpsel;
 pub mod hostile;
 pub mod llama;
 pub mod skip;
@@ -286,4 +287,33 @@ pub fn listing(dir: &std::path::Path) -> Vec<String> {
         .collect();
     v.sort();
     v
+}
+
+/// erf in f64, written here rather than taken from the library under test (Abramowitz-Stegun
+/// 7.1.26 is too coarse; this is the series / continued fraction): within about 1e-15 of erf.
+pub fn erf64(x: f64) -> f64 {
+    if x.is_nan() {
+        return f64::NAN;
+    }
+    let a = x.abs();
+    let r = if a < 2.5 {
+        // Maclaurin series: erf(a) = 2/sqrt(pi) sum (-1)^k a^(2k+1) / (k! (2k+1)).
+        let (mut term, mut sum, mut k) = (a, a, 0.0f64);
+        while term.abs() > 1e-18 * sum.abs() {
+            k += 1.0;
+            term *= -a * a / k;
+            sum += term / (2.0 * k + 1.0);
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else if a < 8.0 {
+        // erfc by its continued fraction (Lentz), evaluated backwards with 60 terms.
+        let mut f = 0.0f64;
+        for k in (1..60).rev() {
+            f = (k as f64 / 2.0) / (a + f);
+        }
+        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * (a + f))
+    } else {
+        1.0
+    };
+    r.copysign(x)
 }

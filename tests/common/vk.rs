@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use adeadvm::exec::cpu::reference::{Binary, Unary};
 use adeadvm::exec::vulkan::VulkanExec;
 
-pub const UNARY: [Unary; 10] = [
+pub const UNARY: [Unary; 11] = [
     Unary::Neg,
     Unary::Abs,
     Unary::Sqrt,
@@ -17,6 +17,7 @@ pub const UNARY: [Unary; 10] = [
     Unary::Sigmoid,
     Unary::Tanh,
     Unary::Gelu,
+    Unary::Erf,
 ];
 pub const BINARY: [Binary; 6] =
     [Binary::Add, Binary::Sub, Binary::Mul, Binary::Div, Binary::Max, Binary::Min];

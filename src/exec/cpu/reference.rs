@@ -74,6 +74,7 @@ pub enum Unary {
     Tanh,
     Gelu,
     Silu,
+    Erf,
 }
 
 impl Unary {
@@ -92,6 +93,7 @@ impl Unary {
             Unary::Tanh => nx::tanh(x),
             Unary::Gelu => nx::gelu(x),
             Unary::Silu => nx::silu(x),
+            Unary::Erf => nx::erf(x),
         }
     }
 }
@@ -146,6 +148,36 @@ impl Binary {
     }
 }
 
+/// Comparisons (EQ, LT, LE), each giving i32 1 or 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compare {
+    Eq,
+    Lt,
+    Le,
+}
+
+impl Compare {
+    /// On float values (f16 and bf16 widened exactly to f32 first): IEEE comparison of the
+    /// canonicalized values, so NaN compares false (EQ(NaN, NaN) = 0), -0 == +0, and a denormal
+    /// is a zero of its sign (the strict tier flushes them).
+    pub fn apply(self, a: f32, b: f32) -> bool {
+        let (x, y) = (nx::canon(a), nx::canon(b));
+        match self {
+            Compare::Eq => x == y,
+            Compare::Lt => x < y,
+            Compare::Le => x <= y,
+        }
+    }
+    /// On i32 values, signed.
+    pub fn apply_i32(self, a: i32, b: i32) -> bool {
+        match self {
+            Compare::Eq => a == b,
+            Compare::Lt => a < b,
+            Compare::Le => a <= b,
+        }
+    }
+}
+
 /// out = op(a) elementwise.
 pub fn unary(op: Unary, a: &[f32], out: &mut [f32]) {
     for (o, &x) in out.iter_mut().zip(a) {
@@ -178,6 +210,50 @@ pub fn binary_i32(
 ) {
     for_each_broadcast(out_shape, [a_shape, b_shape], |o, [i, j]| {
         out[o] = op.apply_i32(a[i], b[j]).unwrap_or(0);
+    });
+}
+
+/// out = (a op b) as i32 1 or 0 on float values, with broadcasting (EQ, LT, LE).
+pub fn compare(
+    op: Compare,
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    out: &mut [i32],
+    out_shape: &[usize],
+) {
+    for_each_broadcast(out_shape, [a_shape, b_shape], |o, [i, j]| out[o] = i32::from(op.apply(a[i], b[j])));
+}
+
+/// out = (a op b) as i32 1 or 0 on i32 values (signed), with broadcasting.
+pub fn compare_i32(
+    op: Compare,
+    a: &[i32],
+    a_shape: &[usize],
+    b: &[i32],
+    b_shape: &[usize],
+    out: &mut [i32],
+    out_shape: &[usize],
+) {
+    for_each_broadcast(out_shape, [a_shape, b_shape], |o, [i, j]| out[o] = i32::from(op.apply_i32(a[i], b[j])));
+}
+
+/// out = a where cond != 0, else b (SELECT), with cond, a and b broadcast to `out_shape`; the
+/// chosen element is copied as it is (any element type: the VM passes 16- or 32-bit words).
+#[allow(clippy::too_many_arguments)]
+pub fn select<T: Copy>(
+    cond: &[i32],
+    c_shape: &[usize],
+    a: &[T],
+    a_shape: &[usize],
+    b: &[T],
+    b_shape: &[usize],
+    out: &mut [T],
+    out_shape: &[usize],
+) {
+    for_each_broadcast(out_shape, [c_shape, a_shape, b_shape], |o, [k, i, j]| {
+        out[o] = if cond[k] != 0 { a[i] } else { b[j] };
     });
 }
 

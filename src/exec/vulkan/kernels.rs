@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::device::Device;
 use super::error::VulkanError;
 use super::pipeline::{spirv_words, Kernel};
-use crate::exec::cpu::reference::{Binary, Unary};
+use crate::exec::cpu::reference::{Binary, Compare, Unary};
 
 /// `(name, bytes of shaders/spv/<name>.spv)` for each name.
 macro_rules! embed {
@@ -24,6 +24,8 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "binary_scalar",
     "binary_i32",
     "unary_i32",
+    "compare",
+    "select",
     "fill",
     "rand",
     "cast",
@@ -246,6 +248,7 @@ pub fn unary_op_code(op: Unary) -> u32 {
         Unary::Tanh => 8,
         Unary::Gelu => 9,
         Unary::Silu => 10,
+        Unary::Erf => 11,
     }
 }
 
@@ -258,5 +261,14 @@ pub fn binary_op_code(op: Binary) -> u32 {
         Binary::Div => 3,
         Binary::Max => 4,
         Binary::Min => 5,
+    }
+}
+
+/// The code of `op` in shaders/compare.comp.
+pub fn compare_op_code(op: Compare) -> u32 {
+    match op {
+        Compare::Eq => 0,
+        Compare::Lt => 1,
+        Compare::Le => 2,
     }
 }

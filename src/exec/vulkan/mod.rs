@@ -21,7 +21,7 @@ pub use buffer::{Buffer, Slice};
 pub use device::{devices, Device, DeviceInfo, LIBRARY_ENV, PUSH_DESCRIPTORS_ENV};
 pub use error::VulkanError;
 pub use fault::FAULT_ENV;
-pub use kernels::{binary_op_code, fast_only, unary_op_code, Kernels, SHADERS};
+pub use kernels::{binary_op_code, compare_op_code, fast_only, unary_op_code, Kernels, SHADERS};
 pub use pipeline::{spirv_words, Kernel};
 pub use reflect::{reflect, Interface};
 pub use stream::{Binding, Download, Recorder, Timestamp, MAX_BINDINGS, SUBMIT_ENV};

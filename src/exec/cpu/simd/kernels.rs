@@ -53,8 +53,9 @@ unsafe fn unary_v<L: Lanes, const OP: u8, const F: bool>(x: L) -> L {
         7 => vm::sigmoid::<L, F>(x),
         8 => vm::tanh::<L, F>(x),
         9 => vm::gelu::<L, F>(x),
-        // 10, the last code `unary` passes.
-        _ => vm::silu::<L, F>(x),
+        10 => vm::silu::<L, F>(x),
+        // 11, the last code `unary` passes.
+        _ => vm::erf::<L, F>(x),
     }
 }
 
@@ -99,6 +100,7 @@ pub(super) unsafe fn unary<L: Lanes>(op: Unary, fast: bool, a: &[f32], out: &mut
         Unary::Tanh => go!(8),
         Unary::Gelu => go!(9),
         Unary::Silu => go!(10),
+        Unary::Erf => go!(11),
     }
 }
 

@@ -24,6 +24,10 @@
 //! Fast paths of [`binary`]: equal shapes, and one operand of the output's shape with the other
 //! broadcast over leading axes (a scalar, a row, `[1, n]`, ...) or over trailing axes (`[m, 1]`).
 //! Other broadcasts fall back to the reference.
+//!
+//! The comparisons and SELECT ([`compare`], [`compare_i32`], [`select`]) are exact, so they need
+//! no per-tier code: portable loops over collapsed broadcast runs that the compiler vectorizes
+//! (module `words`), the reference at `SimdLevel::Scalar`.
 
 #[cfg(target_arch = "x86_64")]
 mod kernels;
@@ -31,6 +35,9 @@ mod kernels;
 pub(super) mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod vmath;
+mod words;
+
+pub use words::{compare, compare_i32, select};
 
 /// Runs `$body` with the type `$L` naming the vector of the widest level `$ctx` allows
 /// (`__m512` for AVX-512, else `__m256`), inside a function compiled for that instruction set

@@ -1,5 +1,5 @@
 //! Launchers of the data-movement and elementwise kernels (strict tier): unary and binary float
-//! math, their i32 forms, FILL, RAND, CAST, the 16-bit pack/unpack moves, strided copies (COPY,
+//! math, their i32 forms, the comparisons and SELECT, FILL, RAND, CAST, the 16-bit pack/unpack moves, strided copies (COPY,
 //! RESHAPE, SLICE, CONCAT, TRANSPOSE, PUT), GATHER, and the decoder's SCATTER, 16-bit windows
 //! (PUT, SLICE at a register offset), TSET's one word and ARGMAX.
 //!
@@ -15,10 +15,10 @@
 
 use std::sync::Arc;
 
-use crate::exec::cpu::reference::{broadcast_strides, Binary, Unary};
+use crate::exec::cpu::reference::{broadcast_strides, Binary, Compare, Unary};
 use crate::exec::vulkan::{
-    binary_op_code, groups_for, unary_op_code, Binding, Kernel, Kernels, Recorder, Slice, VulkanError,
-    LOCAL_SIZE,
+    binary_op_code, compare_op_code, groups_for, unary_op_code, Binding, Kernel, Kernels, Recorder, Slice,
+    VulkanError, LOCAL_SIZE,
 };
 use crate::isa::{DType, Dist, Tier};
 
@@ -182,21 +182,11 @@ pub fn unary_i32(
     launch(k, rec, "unary_i32", &[Binding::write(dst), Binding::read(x)], &[n32, u32::from(neg)], n as u64)
 }
 
-/// Push constants of the broadcasting binary kernels: {n, op, rank, 0, shape[8], a strides[8],
-/// b strides[8]} after checking the shapes (numpy rules, operands aligned at the last axis,
-/// rank <= 8) and the slices' sizes. None when the output is empty.
-#[allow(clippy::too_many_arguments)]
-fn broadcast_push(
-    op: Binary,
-    dst: &Slice,
-    a: &Slice,
-    a_shape: &[usize],
-    b: &Slice,
-    b_shape: &[usize],
-    out_shape: &[usize],
-) -> Result<Option<(Vec<u32>, u64)>, VulkanError> {
+/// Checks that each `(name, shape)` broadcasts to `out_shape` (numpy rules, aligned at the last
+/// axis, rank <= 8); returns the output's element count.
+fn check_broadcast(shapes: &[(&str, &[usize])], out_shape: &[usize]) -> Result<u64, VulkanError> {
     check_rank(out_shape, "the output")?;
-    for (what, s) in [("a", a_shape), ("b", b_shape)] {
+    for &(what, s) in shapes {
         let lead = out_shape.len().checked_sub(s.len()).ok_or_else(|| {
             invalid(format!("operand {what} of shape {s:?} has more axes than the output {out_shape:?}"))
         })?;
@@ -206,7 +196,24 @@ fn broadcast_push(
             )));
         }
     }
-    let n = count(out_shape).ok_or_else(|| invalid(format!("the output shape {out_shape:?} overflows")))?;
+    count(out_shape).ok_or_else(|| invalid(format!("the output shape {out_shape:?} overflows")))
+}
+
+/// Push constants of the broadcasting binary kernels: {n, op code, rank, `word3`, shape[8],
+/// a strides[8], b strides[8]} after checking the shapes (numpy rules, operands aligned at the
+/// last axis, rank <= 8) and the slices' sizes. None when the output is empty.
+#[allow(clippy::too_many_arguments)]
+fn broadcast_push(
+    op: u32,
+    word3: u32,
+    dst: &Slice,
+    a: &Slice,
+    a_shape: &[usize],
+    b: &Slice,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<Option<(Vec<u32>, u64)>, VulkanError> {
+    let n = check_broadcast(&[("a", a_shape), ("b", b_shape)], out_shape)?;
     if n == 0 {
         return Ok(None);
     }
@@ -217,7 +224,7 @@ fn broadcast_push(
     fits(b, "operand b", count(b_shape).unwrap_or(u64::MAX))?;
     let (sa, sb) = (broadcast_strides(a_shape, out_shape), broadcast_strides(b_shape, out_shape));
     let (shape, [sa, sb]) = collapse(out_shape, [&sa, &sb]);
-    let mut push = vec![n32, binary_op_code(op), shape.len() as u32, 0];
+    let mut push = vec![n32, op, shape.len() as u32, word3];
     push.extend(axes8(&shape, "an axis size")?);
     push.extend(axes8(&sa, "a stride")?);
     push.extend(axes8(&sb, "a stride")?);
@@ -239,7 +246,8 @@ pub fn binary(
     b_shape: &[usize],
     out_shape: &[usize],
 ) -> Result<(), VulkanError> {
-    let Some((push, n)) = broadcast_push(op, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
+    let code = binary_op_code(op);
+    let Some((push, n)) = broadcast_push(code, 0, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
     // One pipeline per op (specialization constant 0; see shaders/binary.comp).
     let kernel = k.specialized("binary", &[binary_op_code(op)])?;
     // Equal shapes (rank 1, unit strides) go four elements a thread: a grid for n / 4 threads
@@ -265,8 +273,86 @@ pub fn binary_i32(
     b_shape: &[usize],
     out_shape: &[usize],
 ) -> Result<(), VulkanError> {
-    let Some((push, n)) = broadcast_push(op, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
+    let code = binary_op_code(op);
+    let Some((push, n)) = broadcast_push(code, 0, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
     launch(k, rec, "binary_i32", &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, n)
+}
+
+/// `dst = (a op b)` as i32 1 or 0 with numpy broadcasting (EQ, LT, LE): `reference::compare`
+/// on f32 words (`ints` false; the VM widens 16-bit sources exactly first) or
+/// `reference::compare_i32` on i32 words, by integer operations on the bits
+/// (shaders/compare.comp). Shapes as for [`binary`].
+#[allow(clippy::too_many_arguments)]
+pub fn compare(
+    k: &Kernels,
+    rec: &mut Recorder,
+    op: Compare,
+    ints: bool,
+    dst: &Slice,
+    a: &Slice,
+    a_shape: &[usize],
+    b: &Slice,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<(), VulkanError> {
+    let code = compare_op_code(op);
+    let Some((push, n)) = broadcast_push(code, u32::from(ints), dst, a, a_shape, b, b_shape, out_shape)? else {
+        return Ok(());
+    };
+    launch(k, rec, "compare", &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, n)
+}
+
+/// `dst = a where cond != 0, else b` over 32-bit words (SELECT; the VM moves 16-bit elements
+/// through `unpack16`/`pack16`), with cond, a and b broadcast to `out_shape` (numpy rules, rank
+/// at most [`MAX_RANK`]): `reference::select`, the chosen words copied (shaders/select.comp).
+/// The kernel takes the collapsed output shape and, per operand, a mask of the axes it is
+/// broadcast on; its other strides are a row-major walk over the axes it keeps.
+#[allow(clippy::too_many_arguments)]
+pub fn select(
+    k: &Kernels,
+    rec: &mut Recorder,
+    dst: &Slice,
+    cond: &Slice,
+    c_shape: &[usize],
+    a: &Slice,
+    a_shape: &[usize],
+    b: &Slice,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> Result<(), VulkanError> {
+    let n = check_broadcast(&[("cond", c_shape), ("a", a_shape), ("b", b_shape)], out_shape)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let n32 = to_u32(n, "the output's element count")?;
+    fits(dst, "the destination", n)?;
+    fits(cond, "operand cond", count(c_shape).unwrap_or(u64::MAX))?;
+    fits(a, "operand a", count(a_shape).unwrap_or(u64::MAX))?;
+    fits(b, "operand b", count(b_shape).unwrap_or(u64::MAX))?;
+    let full = [c_shape, a_shape, b_shape].map(|s| broadcast_strides(s, out_shape));
+    let (shape, strides) = collapse(out_shape, [&full[0], &full[1], &full[2]]);
+    let mut masks = [0u32; 3];
+    for (mask, st) in masks.iter_mut().zip(&strides) {
+        // The strides the kernel derives: 0 on a broadcast axis, else the product of the sizes
+        // of the kept axes inside it.
+        let mut next = 1usize;
+        for d in (0..shape.len()).rev() {
+            if st[d] == 0 {
+                *mask |= 1 << d;
+            } else if st[d] != next {
+                return Err(invalid(format!(
+                    "internal: stride {} on axis {d} of the collapsed shape {shape:?}, not {next}",
+                    st[d]
+                )));
+            } else {
+                next *= shape[d];
+            }
+        }
+    }
+    let mut push = vec![n32, shape.len() as u32, masks[0], masks[1], masks[2], 0, 0, 0];
+    push.extend(axes8(&shape, "an axis size")?);
+    let bindings = [Binding::write(dst), Binding::read(cond), Binding::read(a), Binding::read(b)];
+    launch(k, rec, "select", &bindings, &push, n)
 }
 
 /// `dst = op(a, s)` over `n` f32 elements for a scalar immediate (ADD_S … MIN_S):
