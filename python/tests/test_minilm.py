@@ -129,3 +129,27 @@ def test_an_independent_onnx_graph_agrees(model_dir, bib):
         got = adeadvm.load(str(bib), backend="cpu", tier=tier).run(input_ids=ids, attention_mask=mask)["embedding"]
         assert got.shape == want.shape
         assert np.abs(got - want).max() <= 1e-4, tier
+
+
+def test_the_onnx_graph_imported_gives_the_hand_written_programs_embeddings(model_dir, bib, tmp_path):
+    """`adeadvm import` of the same ONNX graph: its embeddings against programs/minilm_l6.s's,
+    within 1e-5 (the importer fuses MatMul + bias + GELU and the scaled, masked softmax as the
+    hand-written program does, so they are in fact the same bits)."""
+    peer = load_module(REPO / "benches" / "peer_minilm.py", "peer_minilm")
+    try:
+        import onnx
+    except ImportError:
+        unavailable("onnx is not installed (pip install onnx onnxruntime)")
+    model = peer.build_onnx(peer.read_safetensors(str(model_dir / "model.safetensors")))
+    onnx_path = tmp_path / "minilm.onnx"
+    onnx.save(model, str(onnx_path))
+    imported = tmp_path / "minilm_imported.bib"
+    cmd = os.environ.get("ADEADVM_BIN")
+    cmd = [cmd] if cmd else ["cargo", "run", "-q", "--"]
+    subprocess.run(cmd + ["import", str(onnx_path), "-o", str(imported)], cwd=REPO, check=True)
+    ids, mask = peer.inputs(3, 24, seed=11)  # rows 2 and 3 padded
+    for tier in ("strict", "fast"):
+        want = adeadvm.load(str(bib), backend="cpu", tier=tier).run(input_ids=ids, attention_mask=mask)["embedding"]
+        got = adeadvm.load(str(imported), backend="cpu", tier=tier).run(input_ids=ids, attention_mask=mask)["embedding"]
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 1e-5, tier

@@ -2241,6 +2241,9 @@ fn fuse(
         n.attribute.clear();
     }
 
+    // The GELUs' inner nodes are dead now: gone, so that their uses do not count below.
+    let mut nodes = remove_dead(nodes, outputs);
+
     // MatMul + Add(bias) [+ Gelu].
     for a in 0..nodes.len() {
         if !single(&nodes[a], "Add") {
@@ -2308,8 +2311,12 @@ fn fuse(
         n.attribute = vec![attr_f("scale", scale as f32)];
     }
 
-    // Dead nodes: those no output depends on.
-    let mut live: std::collections::HashSet<String> = outputs.iter().cloned().collect();
+    remove_dead(nodes, outputs)
+}
+
+/// The nodes some graph output depends on, in their order.
+fn remove_dead(nodes: Vec<NodeProto>, outputs: &[String]) -> Vec<NodeProto> {
+    let mut live: HashSet<String> = outputs.iter().cloned().collect();
     let mut keep = vec![false; nodes.len()];
     for (i, n) in nodes.iter().enumerate().rev() {
         if n.output.iter().any(|o| live.contains(o)) {

@@ -298,8 +298,13 @@ pub fn check_model(inputs: &Inputs, outs: &BTreeMap<String, HostTensor>, what: &
         }
     }
     // (output, cond, a, b): cond an output of the program or an input.
-    let selects =
-        [("s", "l", "x", "y"), ("s2", "le", "row", "col"), ("si", "e", "i", "j"), ("sh", "l", "xh", "yh"), ("sb", "colc", "xb", "yb")];
+    let selects = [
+        ("s", "l", "x", "y"),
+        ("s2", "le", "row", "col"),
+        ("si", "e", "i", "j"),
+        ("sh", "l", "xh", "yh"),
+        ("sb", "colc", "xb", "yb"),
+    ];
     for (out, cond, a, b) in selects {
         let tc = outs.get(cond).unwrap_or_else(|| input(cond));
         let (ta, tb, to) = (input(a), input(b), &outs[out]);
