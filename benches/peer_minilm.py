@@ -199,7 +199,28 @@ def main():
         "cores does not count",
     )
     p.add_argument("--save-onnx", help="also write the ONNX model to this file")
+    p.add_argument(
+        "--export",
+        metavar="FILE.onnx",
+        help="only write the ONNX model to this file, and example inputs (ids.npy, mask.npy: B=2, T=16) "
+        "beside it, then exit (needs onnx, not onnxruntime)",
+    )
     args = p.parse_args()
+    if args.export:
+        try:
+            import onnx
+        except ImportError:
+            sys.exit("peer_minilm.py: --export needs onnx: pip install onnx")
+        weights_path = os.path.join(args.model, "model.safetensors")
+        if not os.path.exists(weights_path):
+            sys.exit("peer_minilm.py: %s not found: run scripts/fetch-minilm.sh" % weights_path)
+        onnx.save(build_onnx(read_safetensors(weights_path)), args.export)
+        folder = os.path.dirname(os.path.abspath(args.export))
+        ids, mask = inputs(2, 16, seed=0)
+        np.save(os.path.join(folder, "ids.npy"), ids)
+        np.save(os.path.join(folder, "mask.npy"), mask)
+        print("wrote %s, ids.npy and mask.npy" % args.export)
+        return
     iters = 5 if args.quick else args.iters
     if args.cpu_time:
         args.threads = 1
@@ -232,6 +253,15 @@ def main():
     model = build_onnx(read_safetensors(weights_path))
     if args.save_onnx:
         onnx.save(model, args.save_onnx)
+    # The same graph through `adeadvm import`: its speed against the hand-written program's.
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = os.path.join(tmp, "minilm.onnx")
+        onnx.save(model, onnx_path)
+        bib = os.path.join(tmp, "imported.bib")
+        imp = subprocess.run([args.binary, "import", onnx_path, "-o", bib], capture_output=True, text=True)
+        if imp.returncode != 0:
+            sys.exit("peer_minilm.py: adeadvm import failed:\n" + imp.stderr)
+        imported = adeadvm.load(bib, backend="cpu", tier="strict", threads=args.threads)
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
@@ -243,19 +273,25 @@ def main():
         % (cpu_name(), os.cpu_count() or 0, args.threads, "thread CPU time" if args.cpu_time else "wall time")
     )
     print("onnxruntime %s (ORT_ENABLE_ALL), numpy %s; median of %d calls" % (ort.__version__, np.__version__, iters))
-    print("ratio = ORT time / adeadvm time (>1: adeadvm faster)")
-    print("%-11s %10s %10s %7s %10s %7s   %s" % ("shape", "ORT ms", "strict ms", "ratio", "fast ms", "ratio", "max |ORT - adeadvm|"))
+    print("ratio = ORT time / adeadvm time (>1: adeadvm faster); imported: the ONNX graph through")
+    print("`adeadvm import` (strict), its time as a ratio of programs/minilm_l6.s's strict time (<1: slower)")
+    print(
+        "%-11s %10s %10s %7s %10s %7s %12s %7s   %s"
+        % ("shape", "ORT ms", "strict ms", "ratio", "fast ms", "ratio", "imported ms", "ratio", "max |ORT - adeadvm|")
+    )
     ok = True
     for batch, seq in [(1, 128), (8, 128)]:
         ids, mask = inputs(batch, seq, seed=batch)
         feed = {"input_ids": ids, "attention_mask": mask}
         ort_out = sess.run(["embedding"], feed)[0]
         diffs = [float(np.abs(vms[tier].run(**feed)["embedding"] - ort_out).max()) for tier in ("strict", "fast")]
-        t_ort, t_strict, t_fast = median_times(
+        same = np.array_equal(imported.run(**feed)["embedding"], vms["strict"].run(**feed)["embedding"])
+        t_ort, t_strict, t_fast, t_imp = median_times(
             [
                 lambda: sess.run(["embedding"], feed),
                 lambda: vms["strict"].run(**feed),
                 lambda: vms["fast"].run(**feed),
+                lambda: imported.run(**feed),
             ],
             iters,
             clock,
@@ -263,6 +299,10 @@ def main():
         row = "B=%d,T=%-5d %10.2f" % (batch, seq, t_ort * 1e3)
         for t in (t_strict, t_fast):
             row += " %10.2f %6.2fx" % (t * 1e3, t_ort / t)
+        row += " %12.2f %6.2fx" % (t_imp * 1e3, t_strict / t_imp)
+        if not same:
+            print("peer_minilm.py: the imported program's embeddings differ from minilm_l6.s's", file=sys.stderr)
+            ok = False
         row += "   strict %.1e, fast %.1e" % tuple(diffs)
         print(row, flush=True)
         if max(diffs) > 1e-4:
