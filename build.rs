@@ -128,7 +128,15 @@ fn parse_operand(op: &str, text: &str, isa: &Isa, offset: usize) -> OperandSpec 
     if writes && kind != "tensor" {
         fail(format!("{op}: only a tensor operand can be written (`{name}`)"));
     }
-    OperandSpec { name: name.to_string(), kind: kind.to_string(), writes, partial, default, offset, dtype: None }
+    OperandSpec {
+        name: name.to_string(),
+        kind: kind.to_string(),
+        writes,
+        partial,
+        default,
+        offset,
+        dtype: None,
+    }
 }
 
 /// Rust expression for an operand default, as a generic `Operand`.

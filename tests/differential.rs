@@ -449,11 +449,8 @@ fn generate(g: &mut Rng, r: usize, n: usize, steps: usize, kinds: &[usize]) -> G
                 };
                 let (x, y) = (side(g, a), side(g, b));
                 let (x, y) = (gen.cast_to(x, d), gen.cast_to(y, d));
-                let out = broadcast(&[
-                    &gen.tensors[cond].shape,
-                    &gen.tensors[x].shape,
-                    &gen.tensors[y].shape,
-                ]);
+                let out =
+                    broadcast(&[&gen.tensors[cond].shape, &gen.tensors[x].shape, &gen.tensors[y].shape]);
                 let (cn, xn, yn) = (gen.n(cond).to_string(), gen.n(x).to_string(), gen.n(y).to_string());
                 gen.result(Op::Select(cond, x, y), d, out, &format!("SELECT %@, %{cn}, %{xn}, %{yn}"))
             }
@@ -489,7 +486,11 @@ fn check_accuracy(
     for (op, id) in &gen.ops {
         let out = &gen.tensors[*id];
         let kind: &'static str = match *op {
-            Op::Unary(n, _) | Op::Binary(n, ..) | Op::Scalar(n, ..) | Op::Reduce(n, _) | Op::Compare(n, ..) => n,
+            Op::Unary(n, _)
+            | Op::Binary(n, ..)
+            | Op::Scalar(n, ..)
+            | Op::Reduce(n, _)
+            | Op::Compare(n, ..) => n,
             Op::Select(..) => "SELECT",
             Op::Cast(_) => "CAST",
             Op::Gather(..) => "GATHER",
@@ -580,15 +581,16 @@ fn check_accuracy(
                     let d = gen.tensors[t].dtype;
                     cast_source_value(d, vals.get(&t).map(|v| v[k]), ints.get(&t).map(|v| v[k]))
                 };
-                for i in 0..out.shape.iter().product::<usize>() {
-                    let (x, y) = (value(a, bidx(&shape(a), &out.shape, i)), value(b, bidx(&shape(b), &out.shape, i)));
+                for (i, &got) in ints[id].iter().enumerate() {
+                    let (x, y) =
+                        (value(a, bidx(&shape(a), &out.shape, i)), value(b, bidx(&shape(b), &out.shape, i)));
                     let want = i32::from(match name {
                         "EQ" => x == y,
                         "LT" => x < y,
                         _ => x <= y,
                     });
-                    if ints[id][i] != want {
-                        return fail(i, ints[id][i].to_string(), format!("{want} of {x:e}, {y:e}"), "exact".into());
+                    if got != want {
+                        return fail(i, got.to_string(), format!("{want} of {x:e}, {y:e}"), "exact".into());
                     }
                 }
             }
@@ -606,7 +608,12 @@ fn check_accuracy(
                         bits(b, bidx(&shape(b), &out.shape, i))
                     };
                     if bits(*id, i) != want {
-                        return fail(i, format!("{:#x}", bits(*id, i)), format!("{want:#x} (cond {cond})"), "exact".into());
+                        return fail(
+                            i,
+                            format!("{:#x}", bits(*id, i)),
+                            format!("{want:#x} (cond {cond})"),
+                            "exact".into(),
+                        );
                     }
                 }
             }
@@ -1004,7 +1011,14 @@ fn random_programs_agree_and_meet_the_documented_accuracy() {
     let mut seen = std::collections::BTreeSet::new();
     for seed in 0..150u64 {
         let (r, n) = sizes[seed as usize % sizes.len()];
-        seen.extend(run_case(0xd1ff_0000 + seed, r, n, 3 + (seed as usize % 6), &ALL_STEPS.collect::<Vec<_>>(), &execs));
+        seen.extend(run_case(
+            0xd1ff_0000 + seed,
+            r,
+            n,
+            3 + (seed as usize % 6),
+            &ALL_STEPS.collect::<Vec<_>>(),
+            &execs,
+        ));
     }
     report_worst();
     assert_covers_comparisons_and_select(&seen);

@@ -454,7 +454,17 @@ fn compare_and_select_large_outputs_split_over_threads() {
         for level in levels().into_iter().chain([SimdLevel::Scalar]) {
             for t in [1, 2, 3] {
                 let mut got = vec![0u32; n];
-                simd::select(&ctx(level, Tier::Strict, t), cv, &cs, &aw, &[r_, c_], &rw, &[c_], &mut got, &[r_, c_]);
+                simd::select(
+                    &ctx(level, Tier::Strict, t),
+                    cv,
+                    &cs,
+                    &aw,
+                    &[r_, c_],
+                    &rw,
+                    &[c_],
+                    &mut got,
+                    &[r_, c_],
+                );
                 assert!(want == got, "SELECT {what} {level:?} x{t}");
             }
         }
@@ -465,7 +475,16 @@ fn compare_and_select_large_outputs_split_over_threads() {
         for level in levels() {
             for t in [1, 2, 3] {
                 let mut got = vec![0i32; n];
-                simd::compare(&ctx(level, Tier::Strict, t), op, &a, &[r_, c_], &row, &[c_], &mut got, &[r_, c_]);
+                simd::compare(
+                    &ctx(level, Tier::Strict, t),
+                    op,
+                    &a,
+                    &[r_, c_],
+                    &row,
+                    &[c_],
+                    &mut got,
+                    &[r_, c_],
+                );
                 assert!(want == got, "{op:?} {level:?} x{t}");
             }
         }

@@ -101,10 +101,13 @@ fn erf_within_its_bound_and_special_values() {
     check_unary("ERF", &sample_inputs(-5.0, 5.0), erf64, 2);
     check_unary("ERF", &sample_inputs(-1e-3, 1e-3), erf64, 2);
     check_unary("ERF", &sample_inputs(1e-30, 1e-20), erf64, 2);
-    let xs = [f32::INFINITY, f32::NEG_INFINITY, f32::from_bits(0xffc1_2345), 0.0, -0.0, 1e-40, -1e-40, 4.0, -10.0];
+    let xs =
+        [f32::INFINITY, f32::NEG_INFINITY, f32::from_bits(0xffc1_2345), 0.0, -0.0, 1e-40, -1e-40, 4.0, -10.0];
     let y: Vec<u32> = unary("ERF", &xs).iter().map(|v| v.to_bits()).collect();
-    let want: Vec<u32> =
-        [1.0f32, -1.0, f32::from_bits(0x7fc0_0000), 0.0, -0.0, 0.0, -0.0, 1.0, -1.0].iter().map(|v| v.to_bits()).collect();
+    let want: Vec<u32> = [1.0f32, -1.0, f32::from_bits(0x7fc0_0000), 0.0, -0.0, 0.0, -0.0, 1.0, -1.0]
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
     assert_eq!(y, want);
 }
 
@@ -131,24 +134,32 @@ fn comparisons_and_select_on_special_values() {
     let src_gt = ".input %a f32[8]\n.input %b f32[8]\n.output y i32[8]\nALLOC %t: i32[8]\nLT %t, %b, %a\nSTORE y, %t\nFREE %t\n";
     assert_eq!(run(&build(src_gt), &ins).unwrap()["y"].to_i32().unwrap(), vec![0, 0, 0, 0, 0, 0, 1, 1]);
     // i32: signed, with a row broadcast.
-    let src = ".input %a i32[2, 3]\n.input %b i32[3]\n.output y i32[2, 3]\nALLOC %t: i32[2, 3]\nLE %t, %a, %b\n\
+    let src =
+        ".input %a i32[2, 3]\n.input %b i32[3]\n.output y i32[2, 3]\nALLOC %t: i32[2, 3]\nLE %t, %a, %b\n\
                STORE y, %t\nFREE %t\n";
     let ins = [("a", i32s(&[2, 3], &[i32::MIN, 0, 5, -1, i32::MAX, 4])), ("b", i32s(&[3], &[-1, 0, 4]))];
     assert_eq!(run(&build(src), &ins).unwrap()["y"].to_i32().unwrap(), vec![1, 1, 0, 1, 0, 1]);
 
     // SELECT [2, 3] from cond [2, 1], a [3] and b a scalar: bits copied.
-    let src = ".input %c i32[2, 1]\n.input %a f32[3]\n.input %b f32[]\n.output y f32[2, 3]\nALLOC %t: f32[2, 3]\n\
+    let src =
+        ".input %c i32[2, 1]\n.input %a f32[3]\n.input %b f32[]\n.output y f32[2, 3]\nALLOC %t: f32[2, 3]\n\
                SELECT %t, %c, %a, %b\nSTORE y, %t\nFREE %t\n";
     let a = [nan, 1e-40, -0.0];
     let ins = [("c", i32s(&[2, 1], &[0, -7])), ("a", f32s(&[3], &a)), ("b", f32s(&[], &[2.5]))];
-    let y: Vec<u32> = run(&build(src), &ins).unwrap()["y"].to_f32().unwrap().iter().map(|v| v.to_bits()).collect();
+    let y: Vec<u32> =
+        run(&build(src), &ins).unwrap()["y"].to_f32().unwrap().iter().map(|v| v.to_bits()).collect();
     let want: Vec<u32> = [2.5, 2.5, 2.5, a[0], a[1], a[2]].iter().map(|v: &f32| v.to_bits()).collect();
     assert_eq!(y, want);
     // The expand of ONNX Expand: an all-ones cond of the target shape, a and b the same row.
-    let src = ".input %a bf16[1, 3]\n.output y bf16[4, 3]\nALLOC %c: i32[4, 3]\nFILL %c, 1\nALLOC %t: bf16[4, 3]\n\
+    let src =
+        ".input %a bf16[1, 3]\n.output y bf16[4, 3]\nALLOC %c: i32[4, 3]\nFILL %c, 1\nALLOC %t: bf16[4, 3]\n\
                SELECT %t, %c, %a, %a\nSTORE y, %t\nFREE %t\nFREE %c\n";
-    let row = adeadvm::vm::HostTensor::from_bytes(adeadvm::isa::DType::Bf16, vec![1, 3], &[0x01, 0x7f, 0x01, 0x00, 0x80, 0x3f])
-        .unwrap();
+    let row = adeadvm::vm::HostTensor::from_bytes(
+        adeadvm::isa::DType::Bf16,
+        vec![1, 3],
+        &[0x01, 0x7f, 0x01, 0x00, 0x80, 0x3f],
+    )
+    .unwrap();
     let out = run(&build(src), &[("a", row)]).unwrap();
     assert_eq!(out["y"].bytes(), [0x01, 0x7f, 0x01, 0x00, 0x80, 0x3f].repeat(4).as_slice());
 }

@@ -531,7 +531,7 @@ fn mix_in(seed: u64, a: &[u32], b: &mut [u32]) {
 fn cond_shape(seed: u64, out: &[usize]) -> Vec<usize> {
     let mut g = common::Rng(seed);
     let len = (g.next_u64() % (out.len() as u64 + 1)) as usize;
-    out[out.len() - len..].iter().map(|&d| if g.next_u64() % 3 == 0 { 1 } else { d }).collect()
+    out[out.len() - len..].iter().map(|&d| if g.next_u64().is_multiple_of(3) { 1 } else { d }).collect()
 }
 
 /// Every pair of the special f32 patterns and 300,000 random pairs (half of them of nearby
@@ -571,7 +571,8 @@ fn compare_every_special_pair_and_random_pairs() {
         let got = run(ex, &[&a, &b], n, |k, rec, o, ins| {
             data::compare(k, rec, op, true, o, &ins[0], &[n], &ins[1], &[n], &[n])
         });
-        let want: Vec<u32> = a.iter().zip(&b).map(|(&x, &y)| op.apply_i32(x as i32, y as i32) as u32).collect();
+        let want: Vec<u32> =
+            a.iter().zip(&b).map(|(&x, &y)| op.apply_i32(x as i32, y as i32) as u32).collect();
         same(&format!("{op:?} i32 pairs"), &want, &got);
     }
 }

@@ -719,7 +719,9 @@ fn isa_ops() -> Vec<(&'static adeadvm::isa::OpInfo, Form)> {
             let float = matches!(i.dtypes, DtypeClass::Float | DtypeClass::Numeric)
                 && i.operands.iter().all(|o| o.dtype.is_none());
             let form = match (i.group, required.as_slice(), partial) {
-                (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor], false) if fixed("dst") == Some(DType::I32) => {
+                (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor], false)
+                    if fixed("dst") == Some(DType::I32) =>
+                {
                     Form::Compare
                 }
                 (Group::Elementwise, [K::Tensor, K::Tensor, K::Tensor, K::Tensor], false)

@@ -572,7 +572,8 @@ impl Check<'_, '_> {
                 let ab = self.broadcast(("a", a), ("b", b))?;
                 self.broadcast(("cond", cond), ("a", a))?;
                 self.broadcast(("cond", cond), ("b", b))?;
-                let want = broadcast(self.shape(cond)?, &ab).map_err(|_| "internal: pairs checked".to_string())?;
+                let want =
+                    broadcast(self.shape(cond)?, &ab).map_err(|_| "internal: pairs checked".to_string())?;
                 self.expect_shape(("dst", dst), &want, "the broadcast shape of cond, a and b")
             }
 

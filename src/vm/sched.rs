@@ -285,11 +285,14 @@ impl Vm {
         }
         // Block-quantized constants are f32 values stored as blocks: they run alone, through
         // `Vm::exec`, which reads them as blocks (a batch would read their bytes as f32).
-        let blocks = |t: TensorId| matches!(p.tensors[t.0 as usize].kind, TensorKind::Const(ConstData::Blocks { .. }));
+        let blocks =
+            |t: TensorId| matches!(p.tensors[t.0 as usize].kind, TensorKind::Const(ConstData::Blocks { .. }));
         let dt = |t: TensorId| p.tensors[t.0 as usize].dtype;
         let types_ok = match *insn {
             // i32 dst and one source dtype (the verifier's rules): f32 or i32 sources.
-            Insn::Eq { a, .. } | Insn::Lt { a, .. } | Insn::Le { a, .. } => matches!(dt(a), DType::F32 | DType::I32),
+            Insn::Eq { a, .. } | Insn::Lt { a, .. } | Insn::Le { a, .. } => {
+                matches!(dt(a), DType::F32 | DType::I32)
+            }
             // i32 cond; a, b and dst of one dtype: 32-bit words.
             Insn::Select { dst, .. } => dt(dst).size() == 4,
             _ => dt(dst) == DType::F32 && srcs.iter().flatten().all(|&s| dt(s) == DType::F32),

@@ -96,7 +96,7 @@ fn halves(rng: &mut Rng, n: usize, bf16: bool) -> Vec<u16> {
 fn near16(rng: &mut Rng, a: &[u16], bf16: bool) -> Vec<u16> {
     let mut b = halves(rng, a.len(), bf16);
     for (v, &x) in b.iter_mut().zip(a) {
-        if rng.next_u64() % 3 == 0 {
+        if rng.next_u64().is_multiple_of(3) {
             *v = x;
         }
     }
@@ -298,8 +298,13 @@ pub fn check_model(inputs: &Inputs, outs: &BTreeMap<String, HostTensor>, what: &
         }
     }
     // (output, cond, a, b): cond an output of the program or an input.
-    let selects =
-        [("s", "l", "x", "y"), ("s2", "le", "row", "col"), ("si", "e", "i", "j"), ("sh", "l", "xh", "yh"), ("sb", "colc", "xb", "yb")];
+    let selects = [
+        ("s", "l", "x", "y"),
+        ("s2", "le", "row", "col"),
+        ("si", "e", "i", "j"),
+        ("sh", "l", "xh", "yh"),
+        ("sb", "colc", "xb", "yb"),
+    ];
     for (out, cond, a, b) in selects {
         let tc = outs.get(cond).unwrap_or_else(|| input(cond));
         let (ta, tb, to) = (input(a), input(b), &outs[out]);

@@ -236,7 +236,9 @@ pub fn compare_i32(
     out: &mut [i32],
     out_shape: &[usize],
 ) {
-    for_each_broadcast(out_shape, [a_shape, b_shape], |o, [i, j]| out[o] = i32::from(op.apply_i32(a[i], b[j])));
+    for_each_broadcast(out_shape, [a_shape, b_shape], |o, [i, j]| {
+        out[o] = i32::from(op.apply_i32(a[i], b[j]))
+    });
 }
 
 /// out = a where cond != 0, else b (SELECT), with cond, a and b broadcast to `out_shape`; the

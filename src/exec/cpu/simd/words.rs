@@ -37,8 +37,8 @@ impl<const K: usize> Walk<K> {
             if size == 1 {
                 continue;
             }
-            let merges =
-                !shape.is_empty() && (0..K).all(|k| strides[k].last().copied() == full[k][d].checked_mul(size));
+            let merges = !shape.is_empty()
+                && (0..K).all(|k| strides[k].last().copied() == full[k][d].checked_mul(size));
             if merges {
                 if let Some(last) = shape.last_mut() {
                     *last *= size;
@@ -80,7 +80,8 @@ impl<const K: usize> Walk<K> {
         }
         let mut pos = start;
         while pos < end {
-            let offs: [usize; K] = std::array::from_fn(|k| idx.iter().zip(&self.strides[k]).map(|(i, s)| i * s).sum());
+            let offs: [usize; K] =
+                std::array::from_fn(|k| idx.iter().zip(&self.strides[k]).map(|(i, s)| i * s).sum());
             let len = (inner - idx[r - 1]).min(end - pos);
             f(pos, len, offs, step);
             pos += len;

@@ -247,7 +247,9 @@ pub fn binary(
     out_shape: &[usize],
 ) -> Result<(), VulkanError> {
     let code = binary_op_code(op);
-    let Some((push, n)) = broadcast_push(code, 0, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
+    let Some((push, n)) = broadcast_push(code, 0, dst, a, a_shape, b, b_shape, out_shape)? else {
+        return Ok(());
+    };
     // One pipeline per op (specialization constant 0; see shaders/binary.comp).
     let kernel = k.specialized("binary", &[binary_op_code(op)])?;
     // Equal shapes (rank 1, unit strides) go four elements a thread: a grid for n / 4 threads
@@ -274,7 +276,9 @@ pub fn binary_i32(
     out_shape: &[usize],
 ) -> Result<(), VulkanError> {
     let code = binary_op_code(op);
-    let Some((push, n)) = broadcast_push(code, 0, dst, a, a_shape, b, b_shape, out_shape)? else { return Ok(()) };
+    let Some((push, n)) = broadcast_push(code, 0, dst, a, a_shape, b, b_shape, out_shape)? else {
+        return Ok(());
+    };
     launch(k, rec, "binary_i32", &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, n)
 }
 
@@ -296,7 +300,8 @@ pub fn compare(
     out_shape: &[usize],
 ) -> Result<(), VulkanError> {
     let code = compare_op_code(op);
-    let Some((push, n)) = broadcast_push(code, u32::from(ints), dst, a, a_shape, b, b_shape, out_shape)? else {
+    let Some((push, n)) = broadcast_push(code, u32::from(ints), dst, a, a_shape, b, b_shape, out_shape)?
+    else {
         return Ok(());
     };
     launch(k, rec, "compare", &[Binding::write(dst), Binding::read(a), Binding::read(b)], &push, n)
