@@ -280,7 +280,12 @@ const BINARY: [&str; 6] = ["ADD", "SUB", "MUL", "DIV", "MAX", "MIN"];
 
 /// A random program over rows [r, n]: a pool of f32 [r, n] tensors that instructions read and
 /// extend; a row vector [n] for broadcasting, gamma and beta.
-fn generate(g: &mut Rng, r: usize, n: usize, steps: usize) -> Gen {
+/// Every kind of step `generate` takes (`ERF_STEP` only when asked for by name).
+const ALL_STEPS: std::ops::Range<usize> = 0..16;
+/// A step that is ERF on a tensor of the pool.
+const ERF_STEP: usize = 16;
+
+fn generate(g: &mut Rng, r: usize, n: usize, steps: usize, kinds: &[usize]) -> Gen {
     let mut gen = Gen {
         text: String::new(),
         body: String::new(),
@@ -300,8 +305,9 @@ fn generate(g: &mut Rng, r: usize, n: usize, steps: usize) -> Gen {
         let a = g.pick(&pool);
         let b = g.pick(&pool);
         let an = gen.n(a).to_string();
-        let k = g.below(16);
+        let k = kinds[g.below(kinds.len())];
         let id = match k {
+            ERF_STEP => gen.result(Op::Unary("ERF", a), DType::F32, rn.clone(), &format!("ERF %@, %{an}")),
             0..=2 => {
                 let u = g.pick(&UNARY);
                 gen.result(Op::Unary(u, a), DType::F32, rn.clone(), &format!("{u} %@, %{an}"))
@@ -433,7 +439,7 @@ fn generate(g: &mut Rng, r: usize, n: usize, steps: usize) -> Gen {
                 // column or a row), a and b from the pool, a row or a column (an expand when
                 // both are rows and cond is whole).
                 let d = g.pick(&[DType::F32, DType::F32, DType::F16, DType::Bf16, DType::I32]);
-                let cshape = g.pick(&[rn.clone(), rn.clone(), vec![r, 1], vec![n]]);
+                let cshape = [rn.clone(), rn.clone(), vec![r, 1], vec![n]][g.below(4)].clone();
                 let cond = gen.input(g, DType::I32, cshape, false, 3);
                 let side = |g: &mut Rng, t: usize| match g.below(4) {
                     0 => row,
@@ -575,7 +581,7 @@ fn check_accuracy(
                     let d = gen.tensors[t].dtype;
                     cast_source_value(d, vals.get(&t).map(|v| v[k]), ints.get(&t).map(|v| v[k]))
                 };
-                for i in 0..out.shape.iter().product::<usize>() {
+                for (i, &got) in ints[id].iter().enumerate() {
                     let (x, y) =
                         (value(a, bidx(&shape(a), &out.shape, i)), value(b, bidx(&shape(b), &out.shape, i)));
                     let want = i32::from(match name {
@@ -583,13 +589,8 @@ fn check_accuracy(
                         "LT" => x < y,
                         _ => x <= y,
                     });
-                    if ints[id][i] != want {
-                        return fail(
-                            i,
-                            ints[id][i].to_string(),
-                            format!("{want} of {x:e}, {y:e}"),
-                            "exact".into(),
-                        );
+                    if got != want {
+                        return fail(i, got.to_string(), format!("{want} of {x:e}, {y:e}"), "exact".into());
                     }
                 }
             }
@@ -912,9 +913,17 @@ fn executors() -> Vec<(&'static str, VmConfig)> {
     v
 }
 
-fn run_case(seed: u64, r: usize, n: usize, steps: usize, execs: &[(&'static str, VmConfig)]) {
+/// Runs one generated program on every executor and checks it; returns the opcodes it checked.
+fn run_case(
+    seed: u64,
+    r: usize,
+    n: usize,
+    steps: usize,
+    kinds: &[usize],
+    execs: &[(&'static str, VmConfig)],
+) -> Vec<String> {
     let mut g = Rng(seed);
-    let gen = generate(&mut g, r, n, steps);
+    let gen = generate(&mut g, r, n, steps, kinds);
     let src = format!("{}{}", gen.text, gen.body);
     let program = common::build(&src);
     let inputs: Vec<(&str, HostTensor)> = gen.inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
@@ -971,6 +980,27 @@ fn run_case(seed: u64, r: usize, n: usize, steps: usize, execs: &[(&'static str,
     if let Err(e) = check_accuracy(&gen, &vals, &ints) {
         panic!("seed {seed} (rows {r}, n {n}): {e}\n{src}");
     }
+    gen.ops
+        .iter()
+        .map(|(op, id)| match op {
+            Op::Compare(name, a, _) => format!("{name} {}", gen.tensors[*a].dtype),
+            Op::Select(..) => format!("SELECT {}", gen.tensors[*id].dtype),
+            Op::Unary(name, _) => name.to_string(),
+            _ => String::new(),
+        })
+        .collect()
+}
+
+/// Whether `seen` holds every comparison and SELECT in every dtype, and ERF.
+fn assert_covers_comparisons_and_select(seen: &std::collections::BTreeSet<String>) {
+    let mut want = vec!["ERF".to_string()];
+    for d in ["f32", "f16", "bf16", "i32"] {
+        for op in ["EQ", "LT", "LE", "SELECT"] {
+            want.push(format!("{op} {d}"));
+        }
+    }
+    let missing: Vec<&String> = want.iter().filter(|w| !seen.contains(*w)).collect();
+    assert!(missing.is_empty(), "the generated programs never checked {missing:?}");
 }
 
 /// Many small and odd-sized programs (zero rows and zero-length rows among them).
@@ -978,11 +1008,20 @@ fn run_case(seed: u64, r: usize, n: usize, steps: usize, execs: &[(&'static str,
 fn random_programs_agree_and_meet_the_documented_accuracy() {
     let execs = executors();
     let sizes = [(1, 1), (3, 17), (2, 256), (4, 257), (5, 3), (0, 8), (3, 0), (7, 100), (1, 1000), (2, 513)];
+    let mut seen = std::collections::BTreeSet::new();
     for seed in 0..150u64 {
         let (r, n) = sizes[seed as usize % sizes.len()];
-        run_case(0xd1ff_0000 + seed, r, n, 3 + (seed as usize % 6), &execs);
+        seen.extend(run_case(
+            0xd1ff_0000 + seed,
+            r,
+            n,
+            3 + (seed as usize % 6),
+            &ALL_STEPS.collect::<Vec<_>>(),
+            &execs,
+        ));
     }
     report_worst();
+    assert_covers_comparisons_and_select(&seen);
 }
 
 /// Programs on tensors past 2^15 elements, where the CPU scheduler batches and splits work
@@ -991,9 +1030,22 @@ fn random_programs_agree_and_meet_the_documented_accuracy() {
 fn large_random_programs_agree_and_meet_the_documented_accuracy() {
     let execs = executors();
     for (seed, (r, n)) in [(160usize, 257usize), (40, 1024), (300, 120), (64, 700)].into_iter().enumerate() {
-        run_case(0x1a26_0000 + seed as u64, r, n, 5, &execs);
+        run_case(0x1a26_0000 + seed as u64, r, n, 5, &ALL_STEPS.collect::<Vec<_>>(), &execs);
     }
     report_worst();
+}
+
+/// The comparisons, SELECT (each in f32, f16, bf16 and i32; rows, columns and expands) and ERF
+/// on tensors of tens of thousands of elements, which the CPU executor splits over its threads.
+#[test]
+fn large_comparisons_select_and_erf_agree_and_match_the_model() {
+    let execs = executors();
+    let mut seen = std::collections::BTreeSet::new();
+    for (seed, (r, n)) in [(120usize, 300usize), (50, 1031), (257, 129), (33, 2000)].into_iter().enumerate() {
+        seen.extend(run_case(0xc5e1_0000 + seed as u64, r, n, 40, &[14, 15, ERF_STEP], &execs));
+    }
+    report_worst();
+    assert_covers_comparisons_and_select(&seen);
 }
 
 /// The documented results of empty reductions and of a MATMUL with K = 0 (ISA.md, "Numerics"):

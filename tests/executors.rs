@@ -173,13 +173,21 @@ fn comparisons_and_select_give_the_model_bits_on_every_cpu_configuration_and_in_
         let outs = run_with(&program, &ins, config).unwrap_or_else(|e| panic!("{what}: {e}"));
         cmpsel::check_model(&inputs, &outs, &what);
     }
-    for threads in [2, 3] {
+    let mut in_order = Costs::default();
+    for threads in [1, 2, 3] {
         let mut vm =
             Vm::new(program.clone(), VmConfig { threads: Some(threads), ..VmConfig::default() }).unwrap();
         for (name, t) in &ins {
             vm.set_input(name, t.clone()).unwrap();
         }
-        let stats = vm.run_observed(&mut Costs::default()).unwrap();
+        let mut costs = Costs::default();
+        let stats = vm.run_observed(&mut costs).unwrap();
+        if threads == 1 {
+            assert_eq!(stats.concurrent, 0, "one thread runs everything in order");
+            in_order = costs;
+            continue;
+        }
+        assert_eq!(costs.0, in_order.0, "{threads} threads: the steps and costs of program order");
         // EQ, LT, LE, EQ, LT and ERF; then the four 32-bit SELECTs.
         assert_eq!(stats.concurrent, 10, "{threads} threads: instructions that ran in batches");
     }

@@ -76,6 +76,7 @@ fn sample_program() -> Program {
             source: "sample.s".into(),
             lines: vec![3, 4, 5, 6, 7],
             labels: vec![("end".into(), 4)],
+            origins: vec![(0, "n0".into()), (2, "/layer.0/Add \"x\"".into())],
         },
         data: Blob::from_vec(data),
         code,

@@ -63,7 +63,7 @@ fn cases() -> Vec<Case> {
         c("log", nm::log, f64::ln, 2.0),
         c("tanh", nm::tanh, f64::tanh, 4.0),
         c("sigmoid", nm::sigmoid, sigmoid_ref, 4.0),
-        c("erf", nm::erf, erf_f64, 4.0),
+        c("erf", nm::erf, erf_f64, 2.0),
         Case { abs_below: -1.0, ..c("gelu", nm::gelu, gelu_ref, 4.0) },
     ]
 }

@@ -263,6 +263,8 @@ fn reflected_interfaces() {
         ("window16", 2, 32),
         ("set_word", 1, 8),
         ("argmax", 2, 8),
+        ("compare", 3, 112),
+        ("select", 4, 64),
         ("sgemm_split_pieces", 3, 16),
         ("sgemm_split_finish", 6, 124),
     ];
@@ -372,6 +374,8 @@ const INTEGER_ONLY: &[&str] = &[
     "window16",
     "set_word",
     "argmax",
+    "compare",
+    "select",
 ];
 
 #[test]

@@ -9,7 +9,7 @@
 
 mod common;
 
-use adeadvm::exec::cpu::reference::{self as r, Binary, Unary};
+use adeadvm::exec::cpu::reference::{self as r, Binary, Compare, Unary};
 use adeadvm::exec::vulkan::ops::data;
 use adeadvm::exec::vulkan::{Recorder, Slice, VulkanError, VulkanExec};
 use adeadvm::isa::{DType, Dist, Tier};
@@ -283,6 +283,54 @@ proptest! {
     }
 
     #[test]
+    fn compare_broadcasts_like_reference(
+        op in select(&COMPARE[..]),
+        (out, sa, sb) in broadcast_shapes(),
+        seed in any::<u64>(),
+        ints in any::<bool>(),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let (na, nb, n) = (numel(&sa), numel(&sb), numel(&out));
+        let (a, mut b) = if ints {
+            (ibits(&values_i32(seed, na)), ibits(&values_i32(!seed, nb)))
+        } else {
+            (bits(&values_f32(seed, na)), bits(&values_f32(!seed, nb)))
+        };
+        mix_in(seed ^ 5, &a, &mut b);
+        let got = run(ex, &[&a, &b], n, |k, rec, o, ins| {
+            data::compare(k, rec, op, ints, o, &ins[0], &sa, &ins[1], &sb, &out)
+        });
+        let mut want = vec![0i32; n];
+        if ints {
+            let (x, y): (Vec<i32>, Vec<i32>) = (a.iter().map(|&w| w as i32).collect(), b.iter().map(|&w| w as i32).collect());
+            r::compare_i32(op, &x, &sa, &y, &sb, &mut want, &out);
+        } else {
+            let (x, y): (Vec<f32>, Vec<f32>) =
+                (a.iter().map(|&w| f32::from_bits(w)).collect(), b.iter().map(|&w| f32::from_bits(w)).collect());
+            r::compare(op, &x, &sa, &y, &sb, &mut want, &out);
+        }
+        same(&format!("{op:?} ints={ints} {sa:?} {sb:?} -> {out:?}"), &ibits(&want), &got);
+    }
+
+    #[test]
+    fn select_broadcasts_like_reference(
+        (out, sa, sb) in broadcast_shapes(),
+        seed in any::<u64>(),
+    ) {
+        let Some(ex) = exec() else { return Ok(()) };
+        let sc = cond_shape(seed, &out);
+        let cond: Vec<i32> = values_i32(seed ^ 9, numel(&sc)).iter().map(|&v| v % 2).collect();
+        let (a, b) = (bits(&values_f32(seed, numel(&sa))), bits(&values_f32(!seed, numel(&sb))));
+        let n = numel(&out);
+        let got = run(ex, &[&ibits(&cond), &a, &b], n, |k, rec, o, ins| {
+            data::select(k, rec, o, &ins[0], &sc, &ins[1], &sa, &ins[2], &sb, &out)
+        });
+        let mut want = vec![0u32; n];
+        r::select(&cond, &sc, &a, &sa, &b, &sb, &mut want, &out);
+        same(&format!("SELECT {sc:?} {sa:?} {sb:?} -> {out:?}"), &want, &got);
+    }
+
+    #[test]
     fn binary_scalar_matches_reference(
         op in select(&BINARY[..]),
         s in f32_value(),
@@ -461,6 +509,90 @@ proptest! {
             same("GATHER", &want, &got);
         }
     }
+}
+
+const COMPARE: [Compare; 3] = [Compare::Eq, Compare::Lt, Compare::Le];
+
+/// `b` with a quarter of its elements taken from `a` (the same bits) and some zeros and
+/// denormals of either sign, so that equal operands meet.
+fn mix_in(seed: u64, a: &[u32], b: &mut [u32]) {
+    let mut g = common::Rng(seed);
+    for v in b.iter_mut() {
+        let r = g.next_u64();
+        match r % 8 {
+            0 | 1 if !a.is_empty() => *v = a[(r >> 8) as usize % a.len()],
+            2 => *v = [0x0000_0000, 0x8000_0000, 0x0000_0001, 0x8000_0003][(r >> 8) as usize % 4],
+            _ => {}
+        }
+    }
+}
+
+/// A cond shape that broadcasts to `out` (a suffix of it, each axis kept or made 1).
+fn cond_shape(seed: u64, out: &[usize]) -> Vec<usize> {
+    let mut g = common::Rng(seed);
+    let len = (g.next_u64() % (out.len() as u64 + 1)) as usize;
+    out[out.len() - len..].iter().map(|&d| if g.next_u64().is_multiple_of(3) { 1 } else { d }).collect()
+}
+
+/// Every pair of the special f32 patterns and 300,000 random pairs (half of them of nearby
+/// magnitude, half equal up to a zero's sign or a denormal), each comparison on the device
+/// against `Compare::apply`; then i32 pairs with the extremes against `apply_i32`.
+#[test]
+fn compare_every_special_pair_and_random_pairs() {
+    let Some(ex) = exec() else { return };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for &x in SPECIAL_F32 {
+        for &y in SPECIAL_F32 {
+            a.push(x);
+            b.push(y);
+        }
+    }
+    let mut g = common::Rng(77);
+    for i in 0..300_000u32 {
+        let x = g.next_u64() as u32;
+        let y = match i % 4 {
+            0 => g.next_u64() as u32,
+            1 => x ^ (g.next_u64() as u32 & 0x0000_00ff), // the same magnitude nearly
+            2 => x ^ 0x8000_0000,                         // the other sign
+            _ => x & 0x807f_ffff,                         // a denormal or zero of its sign
+        };
+        a.push(x);
+        b.push(y);
+    }
+    let n = a.len();
+    for op in COMPARE {
+        let got = run(ex, &[&a, &b], n, |k, rec, o, ins| {
+            data::compare(k, rec, op, false, o, &ins[0], &[n], &ins[1], &[n], &[n])
+        });
+        let want: Vec<u32> =
+            a.iter().zip(&b).map(|(&x, &y)| op.apply(f32::from_bits(x), f32::from_bits(y)) as u32).collect();
+        same(&format!("{op:?} f32 pairs"), &want, &got);
+        // The same pairs as i32.
+        let got = run(ex, &[&a, &b], n, |k, rec, o, ins| {
+            data::compare(k, rec, op, true, o, &ins[0], &[n], &ins[1], &[n], &[n])
+        });
+        let want: Vec<u32> =
+            a.iter().zip(&b).map(|(&x, &y)| op.apply_i32(x as i32, y as i32) as u32).collect();
+        same(&format!("{op:?} i32 pairs"), &want, &got);
+    }
+}
+
+/// SELECT over a million words with cond, a and b each of a different broadcast (a column, a
+/// row, the whole), past one grid's first pass.
+#[test]
+fn select_large_with_three_broadcasts() {
+    let Some(ex) = exec() else { return };
+    let (rows, cols) = (977, 1031);
+    let cond: Vec<i32> = (0..rows as i32).map(|i| [0, 1, -1, i32::MIN][i as usize % 4]).collect();
+    let a: Vec<u32> = (0..cols as u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
+    let b: Vec<u32> = (0..(rows * cols) as u32).map(|i| !i).collect();
+    let out = [rows, cols];
+    let got = run(ex, &[&ibits(&cond), &a, &b], rows * cols, |k, rec, o, ins| {
+        data::select(k, rec, o, &ins[0], &[rows, 1], &ins[1], &[1, cols], &ins[2], &out, &out)
+    });
+    let mut want = vec![0u32; rows * cols];
+    r::select(&cond, &[rows, 1], &a, &[1, cols], &b, &out, &mut want, &out);
+    same("SELECT column/row/whole", &want, &got);
 }
 
 /// Deterministic f32 test data: specials and random bit patterns mixed.

@@ -45,7 +45,7 @@ pub(crate) use spirv::check_layout as check_spirv_layout;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum VerifyError {
     /// A problem with one instruction.
-    #[error("instruction {index} ({}): {message}", insn_place(*.line, *.mnemonic))]
+    #[error("instruction {index} ({}{}): {message}", insn_place(*.line, *.mnemonic), origin_text(.origin))]
     Instruction {
         /// Index in the code.
         index: usize,
@@ -54,6 +54,8 @@ pub enum VerifyError {
         /// The mnemonic, when the instruction decodes.
         mnemonic: Option<&'static str>,
         message: String,
+        /// Where the instruction came from (its `.origin`: an imported ONNX node), if recorded.
+        origin: Option<String>,
     },
     /// A problem with an entry of the tensor table.
     #[error("tensor %{name} (tensor {}): {message}", .id.0)]
@@ -67,6 +69,10 @@ pub enum VerifyError {
     /// A problem with the program as a whole (symbol table, empty code with outputs, ...).
     #[error("{message}")]
     Program { message: String },
+}
+
+fn origin_text(origin: &Option<String>) -> String {
+    origin.as_ref().map_or(String::new(), |o| format!(", from {o:?}"))
 }
 
 fn insn_place(line: Option<u32>, mnemonic: Option<&str>) -> String {
@@ -192,7 +198,7 @@ impl VerifyErrors {
 
 /// One error, rendered (see [`VerifyErrors::render`]).
 fn render_one(e: &VerifyError, lines: &[&str], path: &str) -> String {
-    let VerifyError::Instruction { index, line: Some(line), mnemonic, message } = e else {
+    let VerifyError::Instruction { index, line: Some(line), mnemonic, message, .. } = e else {
         return format!("error: {e}\n");
     };
     let label = match mnemonic {
@@ -417,7 +423,8 @@ impl Ctx<'_> {
         format!("instruction {i} ({}{from})", insn_place(self.p.line_of(i), mnemonic))
     }
     pub fn insn_err(&self, i: usize, mnemonic: Option<&'static str>, message: String) -> VerifyError {
-        VerifyError::Instruction { index: i, line: self.p.line_of(i), mnemonic, message }
+        let origin = self.p.origin_of(i).map(str::to_string);
+        VerifyError::Instruction { index: i, line: self.p.line_of(i), mnemonic, message, origin }
     }
 }
 

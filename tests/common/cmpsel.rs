@@ -96,7 +96,7 @@ fn halves(rng: &mut Rng, n: usize, bf16: bool) -> Vec<u16> {
 fn near16(rng: &mut Rng, a: &[u16], bf16: bool) -> Vec<u16> {
     let mut b = halves(rng, a.len(), bf16);
     for (v, &x) in b.iter_mut().zip(a) {
-        if rng.next_u64() % 3 == 0 {
+        if rng.next_u64().is_multiple_of(3) {
             *v = x;
         }
     }
