@@ -175,10 +175,13 @@ fn a_newer_minor_version_still_loads() {
 
 #[test]
 fn unknown_sections_optional_skipped_required_refused() {
-    // Re-label the debug section (the last one) with other kinds.
+    // Re-label the debug section (kind 8) with other kinds.
     let bytes = sample_program().to_bytes();
     let count = u32::from_le_bytes(bytes[16..20].try_into().unwrap()) as usize;
-    let entry = 64 + (count - 1) * 24;
+    let entry = (0..count)
+        .map(|i| 64 + i * 24)
+        .find(|&at| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) == 8)
+        .expect("a debug section");
     let mut optional = bytes.clone();
     optional[entry..entry + 4].copy_from_slice(&(0x8000_0042u32).to_le_bytes());
     reseal(&mut optional);
