@@ -2256,7 +2256,7 @@ fn fuse(
             let w_ok =
                 matches!(values.get(&mm.input.get(1)?.clone()), Some(Value::Known(w)) if w.dims.len() == 2);
             let b_ok = matches!(values.get(&bias), Some(Value::Known(b)) if b.dims.len() == 1);
-            (single(mm, "MatMul") && w_ok && b_ok && uses(&nodes, i) == 1).then(|| (p, bias))
+            (single(mm, "MatMul") && w_ok && b_ok && uses(&nodes, i) == 1).then_some((p, bias))
         });
         let Some((p, bias)) = found else { continue };
         let (x, w) = (nodes[p].input[0].clone(), nodes[p].input[1].clone());
