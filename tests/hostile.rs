@@ -191,6 +191,11 @@ fn gguf_corpus_and_regressions_run_cleanly() {
     replay("gguf", hostile::gguf);
 }
 
+#[test]
+fn onnx_corpus_and_regressions_run_cleanly() {
+    replay("onnx", hostile::onnx);
+}
+
 /// The GGUF seeds are what they claim: one with every supported tensor type, one with a
 /// tokenizer that builds and round-trips.
 #[test]

@@ -286,3 +286,34 @@ pub fn gguf(data: &[u8]) {
         let _ = tok.chat_prompt(text);
     }
 }
+
+/// ONNX import on arbitrary bytes: what decodes as a model is lowered and assembled (its
+/// `onnx(...)` constants read back from the bytes, written to a scratch file as `adeadvm
+/// import` reads a model file), and what imports verifies. An error is fine, but never one
+/// about the importer's own assembly: a model the importer cannot express is refused with a
+/// message about the model.
+pub fn onnx(data: &[u8]) {
+    use adeadvm::onnx::{import_model, ImportError, ImportOptions, Model};
+    thread_local! {
+        static DIR: PathBuf = {
+            let d = std::env::temp_dir().join(format!("adeadvm-onnx-fuzz-{}", std::process::id()));
+            std::fs::create_dir_all(&d).expect("a scratch folder");
+            d
+        };
+    }
+    let dir = DIR.with(Clone::clone);
+    let Ok(model) = Model::from_bytes(data, &dir, "fuzz.onnx") else { return };
+    let path = dir.join("fuzz.onnx");
+    std::fs::write(&path, data).expect("the scratch model");
+    let options = ImportOptions { dims: vec![("batch".into(), 2)], ..ImportOptions::default() };
+    match import_model(&model, &path, &options) {
+        Ok(imported) => {
+            let program = Program::from_bytes(imported.program.to_bytes()).expect("an imported program loads");
+            if let Err(e) = verify(program) {
+                panic!("the imported program does not verify: {e}\n{}", imported.asm);
+            }
+        }
+        Err(e @ ImportError::Asm(_)) => panic!("{e}"),
+        Err(e) => drop(e.to_string()),
+    }
+}
