@@ -840,3 +840,80 @@ fn importing_the_same_file_twice_gives_the_same_bytes() {
     assert!(x.program.to_bytes() == bytes);
     assert!(y.program.to_bytes() == bytes);
 }
+
+// ---- shape arithmetic on hostile values ---------------------------------------------------
+
+/// Folding at import on hostile integers: once panics (overflow) or a hang (a huge folded
+/// Expand); now a clean error naming the node, or (Expand of a large integer tensor) a
+/// program that computes it.
+#[test]
+fn hostile_integers_in_folded_shape_arithmetic_are_clean_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let one = |n: &str, op: &str, ins: &[&str], attrs: Vec<AttributeProto>, inits: Vec<TensorProto>| {
+        model(vec![node(n, op, ins, &["y"], attrs)], vec![], vec![out("y")], inits)
+    };
+    let big = 1i64 << 40;
+    let too_large = "(adeadvm tensors have dimensions below 2^31 and at most 2^40 elements)";
+    let cases = [
+        (
+            "neg",
+            one("n", "Neg", &["x"], vec![], vec![tensor_i64("x", &[1], &[i64::MIN])]),
+            "error: output \"y\": unsupported: int64 value -9223372036854775808 (beyond int32)".to_string(),
+        ),
+        (
+            "abs",
+            one("n", "Abs", &["x"], vec![], vec![tensor_i64("x", &[1], &[i64::MIN])]),
+            "error: output \"y\": unsupported: int64 value -9223372036854775808 (beyond int32)".to_string(),
+        ),
+        (
+            "constant_of_shape",
+            one("c", "ConstantOfShape", &["s"], vec![], vec![tensor_i64("s", &[3], &[big, big, big])]),
+            format!("error: node \"c\" (ConstantOfShape, opset 17): unsupported: shape [{big}, {big}, {big}] {too_large}"),
+        ),
+        (
+            "expand",
+            one("e", "Expand", &["x", "s"], vec![], vec![tensor_i64("x", &[1], &[1]), tensor_i64("s", &[2], &[big, big])]),
+            format!("error: node \"e\" (Expand, opset 17): unsupported: shape [{big}, {big}] {too_large}"),
+        ),
+        (
+            "range",
+            one(
+                "r",
+                "Range",
+                &["a", "b", "c"],
+                vec![],
+                vec![tensor_i64("a", &[], &[i64::MIN]), tensor_i64("b", &[], &[i64::MAX]), tensor_i64("c", &[], &[1 << 62])],
+            ),
+            "error: node \"r\" (Range, opset 17): the range overflows int64".to_string(),
+        ),
+        (
+            "split",
+            model(
+                vec![node("s", "Split", &["x", "sizes"], &["y", "z"], vec![])],
+                vec![],
+                vec![out("y")],
+                vec![tensor_i64("x", &[3], &[1, 2, 3]), tensor_i64("sizes", &[2], &[-1, 4])],
+            ),
+            "error: node \"s\" (Split, opset 17): split size -1 is negative".to_string(),
+        ),
+    ];
+    for (name, m, msg) in cases {
+        let file = format!("{name}.onnx");
+        write_model(d, &file, &m);
+        import_fails(d, &file, &[], &msg);
+    }
+
+    // Expand of a small integer tensor to 2^30 elements is not folded (it would copy them into
+    // the assembly); the program computes it.
+    let m = one(
+        "e",
+        "Expand",
+        &["x", "s"],
+        vec![],
+        vec![tensor_i64("x", &[1], &[7]), tensor_i64("s", &[1], &[1 << 30])],
+    );
+    let path = write_model(d, "expand_big.onnx", &m);
+    let imported = onnx::import(&path, &ImportOptions::default()).unwrap();
+    assert!(imported.asm.contains(".output y i32[1073741824]"), "{}", imported.asm);
+}

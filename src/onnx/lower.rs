@@ -311,6 +311,32 @@ fn fixed(shape: &[D], what: &str) -> NResult<Vec<u64>> {
         .collect()
 }
 
+/// The element count of `dims`, or an error past adeadvm's limits (each dimension below 2^31,
+/// at most 2^40 elements).
+fn element_count(dims: &[u64]) -> NResult<u64> {
+    let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d)).filter(|&n| n <= crate::isa::MAX_ELEMENTS);
+    match n {
+        Some(n) if dims.iter().all(|&d| d <= crate::isa::MAX_DIM as u64) => Ok(n),
+        _ => unsupported(format_args!(
+            "shape {dims:?} (adeadvm tensors have dimensions below 2^31 and at most 2^40 elements)"
+        )),
+    }
+}
+
+/// Split's sizes, none negative.
+fn split_sizes(sizes: &[i64]) -> NResult<Vec<u64>> {
+    sizes
+        .iter()
+        .map(|&v| u64::try_from(v).map_or_else(|_| err(format!("split size {v} is negative")), Ok))
+        .collect()
+}
+
+/// Checks the fixed part of `shape` against adeadvm's limits.
+fn check_shape(shape: &[D]) -> NResult<()> {
+    let dims: Vec<u64> = shape.iter().map(|d| if let D::N(n) = d { *n } else { 1 }).collect();
+    element_count(&dims).map(drop)
+}
+
 /// Row-major strides.
 fn strides(dims: &[u64]) -> Vec<u64> {
     let mut s = vec![1u64; dims.len()];
@@ -390,6 +416,7 @@ impl<'m> Lowerer<'m> {
                 shape.len()
             ));
         }
+        check_shape(shape)?;
         let name = self.fresh("t");
         self.decls.push(format!(".tensor %{name} {dt}{}", shape_text(shape)));
         self.temp_ids.insert(name.clone(), self.temps.len());
@@ -454,6 +481,7 @@ impl<'m> Lowerer<'m> {
     fn splat(&mut self, elem: i32, shape: &[D], v: f64) -> NResult<Rt> {
         let dt = dtype_of(elem)?;
         let text = if dt.is_float() { float_bits_text(v, dt) } else { (v as i64).to_string() };
+        check_shape(shape)?;
         let key = format!("{dt}{} = fill({text})", shape_text(shape));
         if let Some(name) = self.consts.get(&key) {
             return Ok(Rt { name: name.clone(), elem, shape: shape.to_vec() });
@@ -1425,11 +1453,9 @@ impl<'m> Lowerer<'m> {
         };
         let n_out = node.output.len() as u64;
         let sizes: Vec<u64> = match if self.opset < 13 { Self::attr_ints(node, "split")? } else { None } {
-            Some(s) => s.iter().map(|&v| v as u64).collect(),
+            Some(s) => split_sizes(&s)?,
             None => match self.input(node, 1)? {
-                Some(v) if self.opset >= 13 => {
-                    self.known_nums(&v, "split")?.iter().map(|&v| v as u64).collect()
-                }
+                Some(v) if self.opset >= 13 => split_sizes(&self.known_nums(&v, "split")?)?,
                 _ => {
                     let n = if self.opset >= 18 {
                         Self::attr_i(node, "num_outputs", n_out as i64)? as u64
@@ -1444,7 +1470,8 @@ impl<'m> Lowerer<'m> {
                 }
             },
         };
-        if sizes.iter().sum::<u64>() != total || sizes.len() as u64 != n_out {
+        if sizes.iter().try_fold(0u64, |a, &s| a.checked_add(s)) != Some(total) || sizes.len() as u64 != n_out
+        {
             return err(format!(
                 "split sizes {sizes:?} do not cover the axis of size {total} in {n_out} outputs"
             ));
@@ -2056,7 +2083,7 @@ impl<'m> Lowerer<'m> {
                 let target = self.known_nums(&Value::Known(s), "the shape")?;
                 let target: Vec<D> = target.iter().map(|&v| D::N(v.max(0) as u64)).collect();
                 let shape = fixed(&broadcast(&x.shape(), &target)?, "the shape")?;
-                if shape.iter().product::<u64>() > FOLD_FLOATS as u64 && x.is_float() {
+                if element_count(&shape)? > FOLD_FLOATS as u64 {
                     return Ok(None);
                 }
                 let idx = broadcast_index(&x.dims, &shape);
@@ -2065,7 +2092,7 @@ impl<'m> Lowerer<'m> {
             "ConstantOfShape" => {
                 let target = self.known_nums(&Value::Known(x), "the shape")?;
                 let dims: Vec<u64> = target.iter().map(|&v| v.max(0) as u64).collect();
-                let n: u64 = dims.iter().product();
+                let n = element_count(&dims)?;
                 if n > FOLD_FLOATS as u64 {
                     return Ok(None);
                 }
@@ -2093,8 +2120,8 @@ impl<'m> Lowerer<'m> {
             }
             "Neg" | "Abs" | "Not" if kint(&x) => {
                 Some(map_ints(&x, if op == "Not" { ty::BOOL } else { x.elem }, |v| match op {
-                    "Neg" => -v,
-                    "Abs" => v.abs(),
+                    "Neg" => v.wrapping_neg(),
+                    "Abs" => v.wrapping_abs(),
                     _ => (v == 0) as i64,
                 })?)
             }
@@ -2552,7 +2579,10 @@ fn range_known(s: &Known, l: &Known, d: &Known) -> NResult<Known> {
         let v: Vec<f64> = (0..n).map(|i| (start as f32 + (i as f32) * (delta as f32)) as f64).collect();
         Ok(Known { elem: s.elem, dims: vec![n], vals: KVals::Float(v), source: None })
     } else {
-        let v: Vec<i64> = (0..n as i64).map(|i| start as i64 + i * delta as i64).collect();
+        let v: Vec<i64> = (0..n as i64)
+            .map(|i| i.checked_mul(delta as i64).and_then(|x| x.checked_add(start as i64)))
+            .collect::<Option<_>>()
+            .map_or_else(|| err("the range overflows int64"), Ok)?;
         Ok(Known { elem: s.elem, ..Known::ints(v, vec![n]) })
     }
 }
