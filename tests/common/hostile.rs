@@ -308,7 +308,8 @@ pub fn onnx(data: &[u8]) {
     let options = ImportOptions { dims: vec![("batch".into(), 2)], ..ImportOptions::default() };
     match import_model(&model, &path, &options) {
         Ok(imported) => {
-            let program = Program::from_bytes(imported.program.to_bytes()).expect("an imported program loads");
+            let program =
+                Program::from_bytes(imported.program.to_bytes()).expect("an imported program loads");
             if let Err(e) = verify(program) {
                 panic!("the imported program does not verify: {e}\n{}", imported.asm);
             }
