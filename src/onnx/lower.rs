@@ -248,6 +248,14 @@ fn ident(s: &str) -> String {
     out
 }
 
+/// Logical operators and Where's condition take bool tensors (held as i32 0 or 1).
+fn bool_only(elems: &[i32]) -> NResult<()> {
+    match elems.iter().find(|&&e| e != ty::BOOL) {
+        Some(&e) => err(format!("expected bool tensors, got {}", ty::name(e))),
+        None => Ok(()),
+    }
+}
+
 fn dtype_of(elem: i32) -> NResult<DType> {
     vm_dtype(elem).map_or_else(|| unsupported(format_args!("type {}", ty::name(elem))), Ok)
 }
@@ -390,7 +398,10 @@ impl<'m> Lowerer<'m> {
         if let Some(&n) = self.fixed_dims.get(name) {
             return D::N(n);
         }
-        let s = ident(name);
+        let mut s = ident(name);
+        if s == "MODEL" {
+            s.push('_'); // `${MODEL}` is the model file's define
+        }
         if !self.syms.contains(&s) {
             self.syms.push(s.clone());
         }
@@ -741,6 +752,12 @@ impl<'m> Lowerer<'m> {
         }
         let mut s = String::new();
         s.push_str(&format!("; imported from {} by adeadvm import\n", self.model.path));
+        // The debug source name `import` assembles under, so that `--emit-asm` output assembles
+        // back to the same bytes whatever the file is called.
+        let file = std::path::Path::new(&self.model.path)
+            .file_name()
+            .map_or_else(|| "model.onnx".into(), |f| f.to_string_lossy().into_owned());
+        s.push_str(&format!(".file \"{}.s\"\n", file.replace(['"', '\\', '\n'], "_")));
         s.push_str(&format!(".tier {}\n", options.tier.name()));
         if !self.syms.is_empty() {
             s.push_str(&format!(".dim {}\n", self.syms.join(", ")));
@@ -1038,6 +1055,7 @@ impl<'m> Lowerer<'m> {
             "Not" => {
                 let x = self.req(node, 0)?;
                 let x = self.rt(&x)?;
+                bool_only(&[x.elem])?;
                 let c = self.splat(ty::BOOL, &[], 1.0)?;
                 one(self.binary("SUB", &c, &x, ty::BOOL)?)
             }
@@ -1045,6 +1063,7 @@ impl<'m> Lowerer<'m> {
                 let a = self.req(node, 0)?;
                 let b = self.req(node, 1)?;
                 let (a, b) = (self.rt(&a)?, self.rt(&b)?);
+                bool_only(&[a.elem, b.elem])?;
                 let d = self.binary("SUB", &a, &b, ty::BOOL)?;
                 one(self.unary("ABS", &d, ty::BOOL)?)
             }
@@ -1052,6 +1071,7 @@ impl<'m> Lowerer<'m> {
                 let a = self.req(node, 0)?;
                 let b = self.req(node, 1)?;
                 let (a, b) = (self.rt(&a)?, self.rt(&b)?);
+                bool_only(&[a.elem, b.elem])?;
                 one(self.binary(if op == "And" { "MIN" } else { "MAX" }, &a, &b, ty::BOOL)?)
             }
             "Where" => {
@@ -1061,6 +1081,7 @@ impl<'m> Lowerer<'m> {
                 if x.elem() != y.elem() {
                     return err("X and Y have different types");
                 }
+                bool_only(&[c.elem()])?;
                 let (c, x, y) = (self.rt(&c)?, self.rt(&x)?, self.rt(&y)?);
                 let shape = broadcast(&broadcast(&c.shape, &x.shape)?, &y.shape)?;
                 let d = self.tmp(x.elem, &shape)?;
@@ -1118,6 +1139,9 @@ impl<'m> Lowerer<'m> {
                 let axis = norm_axis(Self::attr_i(node, "axis", i64::MIN)?, first.rank())
                     .or_else(|_| err("the axis attribute is missing or out of range"))?;
                 let mut acc: Option<Rt> = None;
+                if vals.iter().any(|v| v.elem() != first.elem() || v.rank() != first.rank()) {
+                    return err("the inputs differ in type or rank");
+                }
                 for v in &vals {
                     let v = self.rt(v)?;
                     acc = Some(match acc {
@@ -1183,6 +1207,17 @@ impl<'m> Lowerer<'m> {
                 let (a, b, c) = (self.rt(&a)?, self.rt(&b)?, self.rt(&c)?);
                 self.float_only(a.elem)?;
                 let ra = a.shape.len();
+                if ra < 2 || b.elem != a.elem || c.elem != a.elem || b.shape.len() != 2 {
+                    return err("MatMul of these operands' types or ranks, with this bias, is not supported");
+                }
+                if a.shape[ra - 1] != b.shape[0] || c.shape != [b.shape[1].clone()] {
+                    return err(format!(
+                        "shapes {} @ {} + {} do not fit",
+                        shape_text(&a.shape),
+                        shape_text(&b.shape),
+                        shape_text(&c.shape)
+                    ));
+                }
                 let mut shape = a.shape.clone();
                 shape[ra - 1] = b.shape[1].clone();
                 let act = Self::attr_s(node, "act", "none")?;
@@ -1695,6 +1730,7 @@ impl<'m> Lowerer<'m> {
         let flags = format!("{}{}", if ta { ", ta" } else { "" }, if tb { ", tb" } else { "" });
         let shape = vec![m, n];
         let c = match c {
+            Some(c) if c.elem() != a.elem => return err("C's type differs from A's"),
             Some(c) => Some(self.rt(&c)?),
             None => None,
         };
