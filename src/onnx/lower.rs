@@ -493,6 +493,12 @@ impl<'m> Lowerer<'m> {
         let dt = dtype_of(elem)?;
         let text = if dt.is_float() { float_bits_text(v, dt) } else { (v as i64).to_string() };
         check_shape(shape)?;
+        if let Some(D::S(sym)) = shape.iter().find(|d| matches!(d, D::S(_))) {
+            return unsupported(format_args!(
+                "a constant of symbolic shape {} (fix {sym} with --dim {sym}=N)",
+                shape_text(shape)
+            ));
+        }
         let key = format!("{dt}{} = fill({text})", shape_text(shape));
         if let Some(name) = self.consts.get(&key) {
             return Ok(Rt { name: name.clone(), elem, shape: shape.to_vec() });
@@ -1147,6 +1153,13 @@ impl<'m> Lowerer<'m> {
                     acc = Some(match acc {
                         None => v,
                         Some(a) => {
+                            if (0..a.shape.len()).any(|k| k != axis && a.shape[k] != v.shape[k]) {
+                                return err(format!(
+                                    "shapes {} and {} differ off the axis {axis}",
+                                    shape_text(&a.shape),
+                                    shape_text(&v.shape)
+                                ));
+                            }
                             let mut shape = a.shape.clone();
                             shape[axis] = add_dims(&a.shape[axis], &v.shape[axis])?;
                             let d = self.tmp(a.elem, &shape)?;
@@ -1727,6 +1740,10 @@ impl<'m> Lowerer<'m> {
         }
         let m = a.shape[if ta { 1 } else { 0 }].clone();
         let n = b.shape[if tb { 0 } else { 1 }].clone();
+        let (ka, kb) = (&a.shape[if ta { 0 } else { 1 }], &b.shape[if tb { 1 } else { 0 }]);
+        if ka != kb {
+            return err(format!("inner dimensions differ: {ka} and {kb}"));
+        }
         let flags = format!("{}{}", if ta { ", ta" } else { "" }, if tb { ", tb" } else { "" });
         let shape = vec![m, n];
         let c = match c {
@@ -2254,7 +2271,7 @@ fn fuse(
         if !single(&nodes[e], "Erf") {
             continue;
         }
-        let Some(d) = producer(&nodes, &nodes[e].input[0]) else { continue };
+        let Some(d) = nodes[e].input.first().and_then(|i| producer(&nodes, i)) else { continue };
         let dn = &nodes[d];
         let h = match (dn.op_type.as_str(), dn.input.as_slice()) {
             ("Div", [h, c]) if scalar(c).is_some_and(|c| (c - std::f64::consts::SQRT_2).abs() < 1e-6) => {
@@ -2309,7 +2326,7 @@ fn fuse(
 
     // MatMul + Add(bias) [+ Gelu].
     for a in 0..nodes.len() {
-        if !single(&nodes[a], "Add") {
+        if !single(&nodes[a], "Add") || nodes[a].input.len() != 2 {
             continue;
         }
         let found = nodes[a].input.iter().enumerate().find_map(|(k, i)| {
@@ -2350,9 +2367,9 @@ fn fuse(
         if axis != -1 {
             continue;
         }
-        let input = nodes[s].input[0].clone();
+        let Some(input) = nodes[s].input.first().cloned() else { continue };
         let Some(a) = producer(&nodes, &input) else { continue };
-        if !single(&nodes[a], "Add") || uses(&nodes, &input) != 1 {
+        if !single(&nodes[a], "Add") || nodes[a].input.len() != 2 || uses(&nodes, &input) != 1 {
             continue;
         }
         let found = nodes[a].input.iter().enumerate().find_map(|(k, i)| {
@@ -2541,8 +2558,11 @@ fn concat_known(parts: &[Known], axis: usize) -> NResult<Known> {
     let mut dims = first.dims.clone();
     dims[axis] = parts.iter().map(|p| p.dims.get(axis).copied().unwrap_or(0)).sum();
     for p in parts {
-        if p.dims.len() != first.dims.len() || p.elem != first.elem {
-            return err("inputs differ in rank or type");
+        if p.dims.len() != first.dims.len()
+            || p.elem != first.elem
+            || (0..p.dims.len()).any(|k| k != axis && p.dims[k] != first.dims[k])
+        {
+            return err("inputs differ in rank, type or shape off the axis");
         }
     }
     let outer: u64 = dims[..axis].iter().product();
