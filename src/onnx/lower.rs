@@ -248,6 +248,12 @@ fn ident(s: &str) -> String {
     out
 }
 
+/// `s` made safe inside an assembly string: a quote, a backslash, a `$` (which would start a
+/// `${NAME}` substitution) or a control character becomes `_`.
+fn asm_string(s: &str) -> String {
+    s.chars().map(|c| if matches!(c, '"' | '\\' | '$') || c.is_control() { '_' } else { c }).collect()
+}
+
 /// Logical operators and Where's condition take bool tensors (held as i32 0 or 1).
 fn bool_only(elems: &[i32]) -> NResult<()> {
     match elems.iter().find(|&&e| e != ty::BOOL) {
@@ -444,7 +450,7 @@ impl<'m> Lowerer<'m> {
         }
         let shape = k.shape();
         let decl_head = |name: &str| format!(".const %{name} {dt}{}", shape_text(&shape));
-        let plain_source = k.source.as_ref().filter(|s| !s.contains(['"', '\\', '$']) && !s.is_empty());
+        let plain_source = k.source.as_ref().filter(|s| !s.is_empty() && asm_string(s) == **s);
         let body = if let Some(src) = plain_source {
             format!("onnx(\"${{MODEL}}\", \"{src}\")")
         } else {
@@ -763,7 +769,7 @@ impl<'m> Lowerer<'m> {
         let file = std::path::Path::new(&self.model.path)
             .file_name()
             .map_or_else(|| "model.onnx".into(), |f| f.to_string_lossy().into_owned());
-        s.push_str(&format!(".file \"{}.s\"\n", file.replace(['"', '\\', '\n'], "_")));
+        s.push_str(&format!(".file \"{}.s\"\n", asm_string(&file)));
         s.push_str(&format!(".tier {}\n", options.tier.name()));
         if !self.syms.is_empty() {
             s.push_str(&format!(".dim {}\n", self.syms.join(", ")));
@@ -785,7 +791,7 @@ impl<'m> Lowerer<'m> {
             if l.origin != origin {
                 origin = l.origin;
                 let name = &self.origins[origin];
-                s.push_str(&format!(".origin \"{}\"\n", name.replace(['"', '\\', '\n'], "_")));
+                s.push_str(&format!(".origin \"{}\"\n", asm_string(name)));
             }
             s.push_str("    ");
             s.push_str(&l.text);
