@@ -450,6 +450,15 @@ impl<'m> Lowerer<'m> {
         }
         let shape = k.shape();
         let decl_head = |name: &str| format!(".const %{name} {dt}{}", shape_text(&shape));
+        // An int64 value beyond int32 is refused here, not when the assembler reads it.
+        if let KVals::Int(v) = &k.vals {
+            if let Some(n) = v.iter().find_map(|x| match x {
+                IntV::N(n) if i32::try_from(*n).is_err() => Some(*n),
+                _ => None,
+            }) {
+                return unsupported(format_args!("int64 value {n} (beyond int32)"));
+            }
+        }
         let plain_source = k.source.as_ref().filter(|s| !s.is_empty() && asm_string(s) == **s);
         let body = if let Some(src) = plain_source {
             format!("onnx(\"${{MODEL}}\", \"{src}\")")
@@ -654,7 +663,10 @@ impl<'m> Lowerer<'m> {
         for t in &g.initializer {
             let data = tensor_data(t, &dir)
                 .map_err(|e| ImportError::Model(format!("initializer {:?}: {e}", t.name)))?;
-            self.values.insert(t.name.clone(), Value::Known(known_from(data, Some(t.name.clone()))));
+            // `onnx(...)` finds a name's first tensor: only that one is read by name.
+            let first = self.model.named_tensor(&t.name).is_some_and(|x| std::ptr::eq(x, t));
+            let source = first.then(|| t.name.clone());
+            self.values.insert(t.name.clone(), Value::Known(known_from(data, source)));
         }
         if !g.sparse_initializer.is_empty() {
             return Err(ImportError::Model("unsupported: sparse initializers".into()));
@@ -2200,6 +2212,8 @@ impl<'m> Lowerer<'m> {
             "value" => {
                 let t = a.t.as_ref().map_or_else(|| err("value is not a tensor"), Ok)?;
                 let data = tensor_data(t, &self.model.dir).map_err(NodeErr)?;
+                // Read by name only where `onnx(...)` finds this very tensor by it.
+                let name = name.filter(|n| self.model.named_tensor(n).is_some_and(|x| std::ptr::eq(x, t)));
                 known_from(data, name)
             }
             "value_float" => {
