@@ -382,29 +382,19 @@ pub fn materialize(t: &ConstTarget, value: &Arg) -> Result<ConstValue, Diag> {
                 fits(value.span.clone())?;
                 load_npy(t, &path, span)
             }
-            ("safetensors", [p, tname]) => {
+            // A file and a tensor in it: the same arguments for every format.
+            (source @ ("safetensors" | "gguf" | "onnx"), [p, tname]) => {
                 let (path, span) = path_arg(p)?;
                 let ArgNode::Str(tensor) = &tname.node else {
                     return Err(wrong_value(tname, "the tensor's name as a string"));
                 };
                 fits(value.span.clone())?;
-                load_safetensors(t, &path, span, tensor, tname.span.clone())
-            }
-            ("gguf", [p, tname]) => {
-                let (path, span) = path_arg(p)?;
-                let ArgNode::Str(tensor) = &tname.node else {
-                    return Err(wrong_value(tname, "the tensor's name as a string"));
+                let load = match source {
+                    "safetensors" => load_safetensors,
+                    "gguf" => load_gguf,
+                    _ => load_onnx,
                 };
-                fits(value.span.clone())?;
-                load_gguf(t, &path, span, tensor, tname.span.clone())
-            }
-            ("onnx", [p, tname]) => {
-                let (path, span) = path_arg(p)?;
-                let ArgNode::Str(tensor) = &tname.node else {
-                    return Err(wrong_value(tname, "the tensor's name as a string"));
-                };
-                fits(value.span.clone())?;
-                load_onnx(t, &path, span, tensor, tname.span.clone())
+                load(t, &path, span, tensor, tname.span.clone())
             }
             ("rope_cos" | "rope_sin", [theta]) => {
                 if !t.dtype.is_float() {
