@@ -299,19 +299,28 @@ pub fn analyze(cx: &Ctx, code: &[Instruction], kernels: &[KernelInfo], sink: &mu
     if !within_limit {
         return None;
     }
-    let mut pairs: Vec<(u16, u16)> = Vec::with_capacity(2 * pair_count);
+    // Adjacency lists are filled directly and put in order one list at a time: one sort of all
+    // 2 * pairs entries took most of the time of verifying a program near the limit (and far
+    // longer under a sanitizer). With ids given in allocation order, as the assembler gives
+    // them, every list comes out ascending and without repeats, and is only checked.
+    let mut interference: Vec<Vec<TensorId>> = vec![Vec::new(); cx.p.tensors.len()];
     let mut first_alloc: HashMap<u16, usize> = HashMap::new();
     walk_allocs(&mut |i, t, live| {
         first_alloc.entry(t.0).and_modify(|at| *at = (*at).min(i)).or_insert(i);
-        pairs.extend(live.keys().flat_map(|&u| [(t.0, u), (u, t.0)]));
+        for &u in live.keys() {
+            if let Some(v) = interference.get_mut(t.0 as usize) {
+                v.push(TensorId(u));
+            }
+            if let Some(v) = interference.get_mut(u as usize) {
+                v.push(t);
+            }
+        }
         true
     });
-    pairs.sort_unstable();
-    pairs.dedup();
-    let mut interference: Vec<Vec<TensorId>> = vec![Vec::new(); cx.p.tensors.len()];
-    for (a, b) in pairs {
-        if let Some(v) = interference.get_mut(a as usize) {
-            v.push(TensorId(b));
+    for list in &mut interference {
+        if !list.windows(2).all(|w| w[0].0 < w[1].0) {
+            list.sort_unstable_by_key(|t| t.0);
+            list.dedup();
         }
     }
     let mut fa: Vec<(u16, usize)> = first_alloc.into_iter().collect();
