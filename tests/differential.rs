@@ -897,6 +897,9 @@ fn executors() -> Vec<(&'static str, VmConfig)> {
         ("scalar CPU", cpu(SimdLevel::Scalar, 1)),
         ("SIMD CPU, 1 thread", cpu(SimdLevel::detect(), 1)),
         ("SIMD CPU, 3 threads", cpu(SimdLevel::detect(), 3)),
+        // The most a 2-core machine allows (4 a core), and where the GEMM's shared-packing
+        // driver and batched products side by side (tests/gemm.rs) take over (8 and 4).
+        ("SIMD CPU, 8 threads", cpu(SimdLevel::detect(), 8)),
     ];
     match adeadvm::vm::shared_device() {
         Ok(_) => {

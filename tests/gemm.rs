@@ -491,3 +491,78 @@ fn few_rows_times_transposed_b_keep_the_chains() {
         }
     }
 }
+
+/// The threaded driver on shapes past its blocks: more rows of A than it packs at a time
+/// (2304), more columns than one B block (4096), a K past one KC block, and a 16-thread pool
+/// (a grid of tiles wider than the 2- and 3-thread pools make). Strict: the reference bits;
+/// fast: the single-threaded bits.
+#[test]
+fn threaded_driver_row_and_column_blocks() {
+    let _ftz = FtzGuard::new();
+    let sixteen = worker_pool(16).unwrap();
+    for &(m, n, k) in &[(2400, 24, 40), (13, 4200, 20), (40, 300, 900)] {
+        for (la, lb) in [(Layout::RowMajor, Layout::ColMajor), (Layout::ColMajor, Layout::RowMajor)] {
+            let (a_rs, a_cs, alen) = strides(la, m, k);
+            let (b_rs, b_cs, blen) = strides(lb, k, n);
+            let mut a = data(alen, 11);
+            let b = data(blen, 12);
+            a[alen / 2] = f32::NAN;
+            let want = strict_ref(m, n, k, &a, (a_rs, a_cs), &b, (b_rs, b_cs));
+            for level in [SimdLevel::Avx2, SimdLevel::Avx512] {
+                if SimdLevel::detect() < level {
+                    continue;
+                }
+                let threaded = |tier| Ctx { level, tier, pool: Some(&sixteen) };
+                let inline = |tier| Ctx { level, tier, pool: None };
+                let got = run(&threaded(Tier::Strict), m, n, k, &a, (a_rs, a_cs), &b, (b_rs, b_cs));
+                assert!(
+                    bits(&got) == bits(&want),
+                    "strict {level:?} m={m} n={n} k={k}: first diff {:?}",
+                    first_diff(&got, &want)
+                );
+                let fast = run(&threaded(Tier::Fast), m, n, k, &a, (a_rs, a_cs), &b, (b_rs, b_cs));
+                let one = run(&inline(Tier::Fast), m, n, k, &a, (a_rs, a_cs), &b, (b_rs, b_cs));
+                assert!(
+                    bits(&fast) == bits(&one),
+                    "fast {level:?} m={m} n={n} k={k}: bits depend on the thread count"
+                );
+            }
+        }
+    }
+}
+
+/// Batched products too small to split one by one go side by side on a pool of 4 threads or
+/// more: with a broadcast batch axis and `tb` (attention's shapes), the strict bits are the
+/// reference's and the fast bits those of the products run in line.
+#[test]
+fn batched_small_products_side_by_side() {
+    use adeadvm::exec::cpu::{matmul, MatB};
+    use adeadvm::isa::DType;
+    let _ftz = FtzGuard::new();
+    let eight = worker_pool(8).unwrap();
+    let (batch, heads, m, n, k) = (3, 6, 40, 48, 32);
+    let g = MatmulShape {
+        a: vec![batch, heads, m, k],
+        b: vec![1, heads, n, k],
+        out: vec![batch, heads, m, n],
+        ta: false,
+        tb: true,
+    };
+    let (a, mut b) = (data(batch * heads * m * k, 21), data(heads * n * k, 22));
+    b[7] = f32::NAN;
+    let mut want = vec![0.0f32; batch * heads * m * n];
+    reference::matmul(&g, &a, &b, None, Act::None, &mut want);
+    for level in [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512] {
+        if SimdLevel::detect() < level {
+            continue;
+        }
+        let go = |tier, pool| {
+            let mut out = vec![f32::from_bits(0x7fbd_dead); want.len()];
+            matmul(&Ctx { level, tier, pool }, &g, DType::F32, &a, MatB::F32(&b), None, Act::None, &mut out);
+            out
+        };
+        let strict = go(Tier::Strict, Some(&eight));
+        assert!(bits(&strict) == bits(&want), "strict {level:?}: {:?}", first_diff(&strict, &want));
+        assert!(bits(&go(Tier::Fast, Some(&eight))) == bits(&go(Tier::Fast, None)), "fast {level:?}");
+    }
+}

@@ -49,8 +49,30 @@ const KC512: usize = 384;
 const MC: usize = 144;
 /// Columns of B packed per block: KC×NC floats (4 MiB for AVX2, 6 MiB for AVX-512) stay in L3.
 const NC: usize = 4096;
+/// From this many threads a product is computed with B's packing shared between them
+/// (`x86::gemm_shared`); below it each thread packs its own (`run_tasks`). On the 2-core
+/// development machine (two vCPUs of an AMD EPYC), sharing was slower: MiniLM's MATMULs at
+/// B=8 took 111 ms against 83, each core reading the B panels the other had packed.
+const SHARED_B_MIN_THREADS: usize = 8;
+
+/// Whether a call on `threads` threads takes the shared-packing driver: from
+/// [`SHARED_B_MIN_THREADS`], or always (`1`) or never (`0`) with `ADEADVM_CPU_GEMM_SHARED`
+/// (a tuning aid; the bits are the same either way).
+fn shared_b_pays(threads: usize) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("ADEADVM_CPU_GEMM_SHARED").ok()?.trim() {
+        "0" => Some(false),
+        "1" => Some(true),
+        other => {
+            eprintln!("adeadvm: ignoring ADEADVM_CPU_GEMM_SHARED={other:?}: not 0 or 1");
+            None
+        }
+    });
+    threads > 1 && forced.unwrap_or(threads >= SHARED_B_MIN_THREADS)
+}
+
 /// Below this many multiply-adds (m·n·k) the call runs on the calling thread.
-const PAR_MIN_WORK: usize = 1 << 20;
+pub(super) const PAR_MIN_WORK: usize = 1 << 20;
 /// Products with at most this many rows of A, and B given transposed (`B(p,j) = b[j*b_cs +
 /// p]`, a weight matrix stored [out, in] as every `tb` projection is), skip packing: the
 /// matrix-vector kernel reads B once, in 8×8 blocks transposed in registers. A language model's
@@ -99,6 +121,26 @@ pub fn gemm(
     } else {
         ((MR, NR), PAR_MIN_WORK)
     };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(pool) = ctx.pool.filter(|p| {
+        !gemv
+            && ctx.level >= SimdLevel::Avx2
+            && shared_b_pays(p.current_num_threads())
+            && m * n * k >= min_work
+    }) {
+        let strict = ctx.tier == Tier::Strict;
+        let out = OutPtr { ptr: c.as_mut_ptr(), n };
+        if ctx.level >= SimdLevel::Avx512 {
+            // SAFETY: `ctx.level >= Avx512` is only ever set after CPUID and the OS reported
+            // AVX-512F/BW/DQ/VL on this CPU (`SimdLevel::detect`); `out` is `c`, borrowed
+            // mutably for the call.
+            unsafe { x86::gemm_shared::<x86::Avx512>(pool, strict, &ops, out) }
+        } else {
+            // SAFETY: as above, for AVX2 and FMA.
+            unsafe { x86::gemm_shared::<x86::Avx2>(pool, strict, &ops, out) }
+        }
+        return;
+    }
     run_tasks(ctx, &ops, c, unit, min_work, |rect, out| run_rect(ctx, &ops, rect, out));
 }
 
@@ -289,6 +331,16 @@ struct OutPtr {
 unsafe impl Send for OutPtr {}
 // SAFETY: as above; no two threads touch the same element.
 unsafe impl Sync for OutPtr {}
+impl OutPtr {
+    /// The element `offset` floats in (a method, so closures capture the whole `OutPtr`).
+    ///
+    /// # Safety
+    /// `offset` is inside the output.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn at(self, offset: usize) -> *mut f32 {
+        self.ptr.add(offset)
+    }
+}
 
 /// Splits the output into fixed rectangles, one per thread, and runs `f` on each (inline
 /// when there is one thread or little work). The split changes only who computes an output,
@@ -371,6 +423,12 @@ std::thread_local! {
     /// Per-thread packing buffers (B panel block, A panel block), reused across calls so a
     /// call neither allocates nor page-faults in fresh memory.
     static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+std::thread_local! {
+    /// The threaded driver's shared B packing buffer, owned by the thread that starts the call
+    /// and reused across calls.
+    static SHARED_PACK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -584,6 +642,129 @@ mod x86 {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A raw view of a shared packing buffer: tasks write disjoint panels of it, then (after the
+    /// fork-join that ends the packing phase) every task reads it.
+    #[derive(Clone, Copy)]
+    struct PackPtr(*mut f32);
+    // SAFETY: shared only inside one [`gemm_shared`] call, whose buffers outlive its scopes;
+    // writers touch disjoint panels and readers start after every writer has finished.
+    unsafe impl Send for PackPtr {}
+    // SAFETY: as above.
+    unsafe impl Sync for PackPtr {}
+    impl PackPtr {
+        /// The float `offset` floats in (a method, so closures capture the whole `PackPtr`).
+        ///
+        /// # Safety
+        /// `offset` is inside the buffer.
+        unsafe fn at(self, offset: usize) -> *mut f32 {
+            self.0.add(offset)
+        }
+    }
+
+    /// The blocked algorithm spread over `pool` with B's packing shared between its threads:
+    /// for each KC-deep block, B's panels are packed once, in parallel, then the output is
+    /// computed as a 2D grid of tasks, each packing its own rows of A (at most MC, so they stay
+    /// in its core's L2) and reading the shared B panels. Per-thread packing of B, as
+    /// [`gemm_rect`] does on a 1D split, packed all of B on every thread (16 copies of a
+    /// 6 MiB block at 4096², which do not fit a shared L3), and a short product split by
+    /// columns packed all of A on every thread. (Packing A once and sharing it too was
+    /// measured slower: MiniLM's MATMULs at B=8 on 2 threads went from 83 to 111 ms, each
+    /// core reading A panels another core had packed, past its L2.) Each output is still one
+    /// task's tile with the same chain (`first`/`last` at the same KC boundaries), so the bits
+    /// are [`gemm_rect`]'s for any thread count.
+    ///
+    /// # Safety
+    /// The CPU must support `K`'s instruction set; `out` must point to the live m×n output,
+    /// written by no one else during the call.
+    pub(super) unsafe fn gemm_shared<K: Micro>(
+        pool: &rayon::ThreadPool,
+        strict: bool,
+        ops: &Operands,
+        out: OutPtr,
+    ) {
+        SHARED_PACK.with(|buf| match buf.try_borrow_mut() {
+            Ok(mut b) => gemm_shared_with::<K>(pool, strict, ops, out, &mut b),
+            // A nested call on this thread (a task of another product stolen while this one
+            // waits) packs into a fresh buffer.
+            Err(_) => gemm_shared_with::<K>(pool, strict, ops, out, &mut Vec::new()),
+        })
+    }
+
+    /// [`gemm_shared`] with the shared B buffer given.
+    ///
+    /// # Safety
+    /// As for [`gemm_shared`].
+    unsafe fn gemm_shared_with<K: Micro>(
+        pool: &rayon::ThreadPool,
+        strict: bool,
+        ops: &Operands,
+        out: OutPtr,
+        bbuf: &mut Vec<f32>,
+    ) {
+        use rayon::prelude::*;
+        let (mr, nr, m, k) = (K::MR, K::NR, ops.m, ops.k);
+        let threads = pool.current_num_threads();
+        let kc_max = K::KC.min(k);
+        let nc_max = NC.min(ops.n.next_multiple_of(nr));
+        let bpack = PackPtr(aligned(bbuf, kc_max * nc_max).as_mut_ptr());
+        let a_panels = m.div_ceil(mr);
+        for jc in (0..ops.n).step_by(NC) {
+            let nc = NC.min(ops.n - jc);
+            let b_panels = nc.div_ceil(nr);
+            // The grid: row blocks of at most MC rows, about one a thread, and as few column
+            // groups as give every thread a task (each column group packs its rows of A again).
+            let pm = a_panels.min(threads.max((a_panels * mr).div_ceil(MC)));
+            let pn = threads.div_ceil(pm).clamp(1, b_panels);
+            for pc in (0..k).step_by(K::KC) {
+                let kc = K::KC.min(k - pc);
+                let (first, last) = (pc == 0, pc + kc == k);
+                let chunk = b_panels.div_ceil(2 * threads).max(2);
+                pool.install(|| {
+                    (0..b_panels.div_ceil(chunk)).into_par_iter().for_each(|t| {
+                        let p0 = t * chunk;
+                        let cols = (chunk * nr).min(nc - p0 * nr);
+                        let len = cols.div_ceil(nr) * nr * kc;
+                        // SAFETY: panels p0.. lie at p0·nr·kc and are this task's alone;
+                        // `bpack` holds nc_max·kc_max floats.
+                        let dst = std::slice::from_raw_parts_mut(bpack.at(p0 * nr * kc), len);
+                        pack_b(ops, nr, pc, kc, jc + p0 * nr, cols, dst);
+                    })
+                });
+                pool.install(|| {
+                    (0..pm * pn).into_par_iter().for_each(|t| {
+                        let _ftz = strict.then(FtzGuard::new);
+                        let (ti, tj) = (t / pn, t % pn);
+                        let (i0, i1) = ((a_panels * ti / pm) * mr, ((a_panels * (ti + 1) / pm) * mr).min(m));
+                        let (v0, v1) = (b_panels * tj / pn, b_panels * (tj + 1) / pn);
+                        PACK.with(|bufs| {
+                            let mut fresh = Vec::new();
+                            let mut held = bufs.try_borrow_mut();
+                            let abuf = match held.as_mut() {
+                                Ok(b) => &mut b.1,
+                                Err(_) => &mut fresh,
+                            };
+                            let apack = aligned(abuf, kc * (i1 - i0).next_multiple_of(mr));
+                            pack_a(ops, mr, i0, i1 - i0, pc, kc, apack);
+                            for jr in v0..v1 {
+                                let bp = bpack.at(jr * nr * kc) as *const f32;
+                                let cols = nr.min(nc - jr * nr);
+                                for (ir, ap) in (i0..i1).step_by(mr).zip(apack.chunks_exact(mr * kc)) {
+                                    let rows = mr.min(i1 - ir);
+                                    let cp = out.at(ir * out.n + jc + jr * nr);
+                                    // SAFETY: the packing phase above filled B's panel `jr`
+                                    // (kc·NR floats) and `ap` holds kc·MR; the tile is inside
+                                    // the output, in this task's part of the grid only; the
+                                    // caller checked the instruction set.
+                                    K::tile(strict, kc, ap.as_ptr(), bp, cp, out.n, rows, cols, first, last);
+                                }
+                            }
+                        })
+                    })
+                });
             }
         }
     }

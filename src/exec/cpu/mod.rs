@@ -179,15 +179,11 @@ pub fn matmul(
             });
         }
         MatB::F32(b) => {
-            // One batch after another. (Running a batch's small per-head products side by side
-            // on the pool instead was measured on the 2-core development machine and was
-            // slower: 4.1 ms against 2.8 ms for 20 of attention's 12×128×128×32 products;
-            // waking the other worker cost more than it gave.)
-            let mut batch = 0usize;
-            for_each_broadcast(&g.out[..r - 2], [a_batch, b_batch], |_, [ab, bb]| {
-                let c = &mut out[batch * m * n..(batch + 1) * m * n];
+            let mut pairs = Vec::new();
+            for_each_broadcast(&g.out[..r - 2], [a_batch, b_batch], |_, [ab, bb]| pairs.push((ab, bb)));
+            let one = |c: &mut [f32], (ab, bb): (usize, usize), ctx: &Ctx| {
                 gemm::gemm(
-                    &gemm_ctx,
+                    ctx,
                     m,
                     n,
                     k,
@@ -198,9 +194,36 @@ pub fn matmul(
                     b_rs,
                     b_cs,
                     c,
-                );
-                batch += 1;
-            });
+                )
+            };
+            match gemm_ctx.pool {
+                // Many products too small to be split themselves (attention's per-head
+                // products, 128×128×32 for MiniLM) go side by side, one a task: each is the
+                // same call as in line, so the bits are too. On 2 threads this was measured
+                // slower (4.1 ms against 2.8 for 20 such products: waking the other worker
+                // cost more than it gave), so it takes 4 threads or more; on a 16-core host
+                // the products in line were most of MiniLM's attention time.
+                Some(pool)
+                    if pool.current_num_threads() >= 4
+                        && pairs.len() > 1
+                        && m * n * k < gemm::PAR_MIN_WORK
+                        && pairs.len() * m * n * k >= gemm::PAR_MIN_WORK =>
+                {
+                    use rayon::prelude::*;
+                    let inline = Ctx { pool: None, ..gemm_ctx };
+                    pool.install(|| {
+                        out[..pairs.len() * m * n]
+                            .par_chunks_mut(m * n)
+                            .zip(pairs.par_iter())
+                            .for_each(|(c, &pair)| one(c, pair, &inline))
+                    });
+                }
+                _ => {
+                    for (c, &pair) in out.chunks_mut(m * n).zip(&pairs) {
+                        one(c, pair, &gemm_ctx);
+                    }
+                }
+            }
         }
     }
     if exact {
