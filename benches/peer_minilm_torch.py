@@ -227,6 +227,16 @@ def main():
             flush=True,
         )
 
+    def compare(run, peer, strict, fast, ids, mask):
+        """Checks both tiers' embeddings against the peer's, then times the three in turn."""
+        run_s = lambda: strict.run(input_ids=ids, attention_mask=mask)["embedding"]
+        run_f = lambda: fast.run(input_ids=ids, attention_mask=mask)["embedding"]
+        ref = peer()
+        check(run + ", strict", run_s(), ref)
+        check(run + ", fast", run_f(), ref)
+        t, s, f = median_times([peer, run_s, run_f], args.iters)
+        report(dict(run=run, torch_ms=t * 1e3, strict_ms=s * 1e3, fast_ms=f * 1e3))
+
     if not args.no_cpu:
         forward = torch_model(torch, weights, "cpu")
         for threads, batch in args.cpu_runs:
@@ -238,14 +248,8 @@ def main():
                 with torch.inference_mode():
                     return forward(torch.from_numpy(ids).long(), torch.from_numpy(mask)).numpy()
 
-            run_s = lambda: strict.run(input_ids=ids, attention_mask=mask)["embedding"]
-            run_f = lambda: fast.run(input_ids=ids, attention_mask=mask)["embedding"]
-            ref = run_torch()
-            check("cpu strict", run_s(), ref)
-            check("cpu fast", run_f(), ref)
-            t, s, f = median_times([run_torch, run_s, run_f], args.iters)
             run = "CPU, %d thread%s, B=%d" % (threads, "" if threads == 1 else "s", batch)
-            report(dict(run=run, torch_ms=t * 1e3, strict_ms=s * 1e3, fast_ms=f * 1e3))
+            compare(run, run_torch, strict, fast, ids, mask)
 
     gpu = not args.no_gpu and torch.cuda.is_available()
     if gpu:
@@ -260,13 +264,7 @@ def main():
                     m = torch.from_numpy(mask).cuda()
                     return forward(i, m).cpu().numpy()
 
-            run_s = lambda: strict.run(input_ids=ids, attention_mask=mask)["embedding"]
-            run_f = lambda: fast.run(input_ids=ids, attention_mask=mask)["embedding"]
-            ref = run_eager()
-            check("vulkan strict", run_s(), ref)
-            check("vulkan fast", run_f(), ref)
-            t, s, f = median_times([run_eager, run_s, run_f], args.iters)
-            report(dict(run="GPU, B=%d (PyTorch eager)" % batch, torch_ms=t * 1e3, strict_ms=s * 1e3, fast_ms=f * 1e3))
+            compare("GPU, B=%d (PyTorch eager)" % batch, run_eager, strict, fast, ids, mask)
             if batch == 1:
                 # PyTorch's cheapest launch: the whole forward captured once as a CUDA graph,
                 # replayed on static input buffers.
@@ -289,9 +287,7 @@ def main():
                     graph.replay()
                     return static_out.cpu().numpy()
 
-                check("cuda graph", run_graph(), ref)
-                t, s, f = median_times([run_graph, run_s, run_f], args.iters)
-                report(dict(run="GPU, B=1 (PyTorch CUDA graph)", torch_ms=t * 1e3, strict_ms=s * 1e3, fast_ms=f * 1e3))
+                compare("GPU, B=1 (PyTorch CUDA graph)", run_graph, strict, fast, ids, mask)
 
     gpu_name = torch.cuda.get_device_name(0) if gpu else None
     print()

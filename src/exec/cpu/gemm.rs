@@ -60,14 +60,7 @@ const SHARED_B_MIN_THREADS: usize = 8;
 /// (a tuning aid; the bits are the same either way).
 fn shared_b_pays(threads: usize) -> bool {
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| match std::env::var("ADEADVM_CPU_GEMM_SHARED").ok()?.trim() {
-        "0" => Some(false),
-        "1" => Some(true),
-        other => {
-            eprintln!("adeadvm: ignoring ADEADVM_CPU_GEMM_SHARED={other:?}: not 0 or 1");
-            None
-        }
-    });
+    let forced = FORCED.get_or_init(|| crate::exec::env_switch("ADEADVM_CPU_GEMM_SHARED"));
     threads > 1 && forced.unwrap_or(threads >= SHARED_B_MIN_THREADS)
 }
 

@@ -961,14 +961,7 @@ pub fn split_sgemm_chosen(k: &Kernels, g: &MatmulShape) -> Option<[u64; 4]> {
         return None;
     }
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| match std::env::var("ADEADVM_VULKAN_SGEMM_SPLIT").ok()?.trim() {
-        "0" => Some(false),
-        "1" => Some(true),
-        other => {
-            eprintln!("adeadvm: ignoring ADEADVM_VULKAN_SGEMM_SPLIT={other:?}: not 0 or 1");
-            None
-        }
-    });
+    let forced = FORCED.get_or_init(|| crate::exec::env_switch("ADEADVM_VULKAN_SGEMM_SPLIT"));
     let pays = match *forced {
         Some(f) => f,
         None => {
