@@ -253,6 +253,12 @@ def main():
 
     gpu = not args.no_gpu and torch.cuda.is_available()
     if gpu:
+        try:
+            vm("vulkan", "strict")
+        except adeadvm.Error as e:
+            print("peer_minilm_torch: no GPU rows: adeadvm has no Vulkan device here (%s)" % e)
+            gpu = False
+    if gpu:
         forward = torch_model(torch, weights, "cuda")
         for batch in args.gpu_batches:
             ids, mask = inputs(batch, args.seq, seed=batch)
@@ -301,8 +307,10 @@ def main():
         print("| %s | %.2f ms | %.2f ms (%.2fx) | %.2f ms (%.2fx) |"
               % (r["run"], t, r["strict_ms"], t / r["strict_ms"], r["fast_ms"], t / r["fast_ms"]))
     if args.json:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
         meta = dict(cpu=cpu_name(), cores=cores, gpu=gpu_name, seq=args.seq, iters=args.iters,
-                    torch=torch.__version__, max_diff=worst, date=time.strftime("%Y-%m-%d"))
+                    torch=torch.__version__, max_diff=worst, date=time.strftime("%Y-%m-%d"),
+                    commit=commit.stdout.strip() or None)
         with open(args.json, "w") as f:
             json.dump(dict(meta=meta, rows=rows), f, indent=1)
 
