@@ -580,9 +580,12 @@ impl Device {
     /// waited for (the process's exit reclaims them), and no new work is accepted.
     pub(crate) fn mark_hung(&self) {
         self.hung.store(true, std::sync::atomic::Ordering::Relaxed);
+        ANY_DEVICE_HUNG.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether [`Device::mark_hung`] was called.
+    ///
+    /// (See also [`any_device_hung`], for the whole process.)
     pub(crate) fn is_hung(&self) -> bool {
         self.hung.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -614,4 +617,16 @@ impl Drop for Device {
             self.instance.destroy_instance(None);
         }
     }
+}
+
+/// Set by [`Device::mark_hung`] on any device of this process.
+static ANY_DEVICE_HUNG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether work on some device of this process did not finish in time and may still be
+/// running. A program that then exits should leave without running exit handlers
+/// (`libc::_exit`): the driver's own teardown at exit can crash under work still running in
+/// it (lavapipe, whose threads run the dispatch, died by SIGSEGV or SIGABRT in most of six
+/// tries after reporting the timeout).
+pub fn any_device_hung() -> bool {
+    ANY_DEVICE_HUNG.load(std::sync::atomic::Ordering::Relaxed)
 }

@@ -18,7 +18,7 @@ mod stream;
 use std::sync::Arc;
 
 pub use buffer::{Buffer, Slice};
-pub use device::{devices, Device, DeviceInfo, LIBRARY_ENV, PUSH_DESCRIPTORS_ENV};
+pub use device::{any_device_hung, devices, Device, DeviceInfo, LIBRARY_ENV, PUSH_DESCRIPTORS_ENV};
 pub use error::VulkanError;
 pub use fault::FAULT_ENV;
 pub use kernels::{binary_op_code, compare_op_code, fast_only, unary_op_code, Kernels, SHADERS};
