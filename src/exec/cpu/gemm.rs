@@ -52,7 +52,8 @@ const NC: usize = 4096;
 /// From this many threads a product is computed with B's packing shared between them
 /// (`x86::gemm_shared`); below it each thread packs its own (`run_tasks`). On the 2-core
 /// development machine (two vCPUs of an AMD EPYC), sharing was slower: MiniLM's MATMULs at
-/// B=8 took 111 ms against 83, each core reading the B panels the other had packed.
+/// B=8 took 111 ms against 83 (likely each core reading the B panels the other had packed,
+/// and two fork-joins a block instead of one). Not yet measured on a many-core host.
 const SHARED_B_MIN_THREADS: usize = 8;
 
 /// Whether a call on `threads` threads takes the shared-packing driver: from
@@ -664,9 +665,9 @@ mod x86 {
     /// in its core's L2) and reading the shared B panels. Per-thread packing of B, as
     /// [`gemm_rect`] does on a 1D split, packed all of B on every thread (16 copies of a
     /// 6 MiB block at 4096², which do not fit a shared L3), and a short product split by
-    /// columns packed all of A on every thread. (Packing A once and sharing it too was
-    /// measured slower: MiniLM's MATMULs at B=8 on 2 threads went from 83 to 111 ms, each
-    /// core reading A panels another core had packed, past its L2.) Each output is still one
+    /// columns packed all of A on every thread. (A first version also packed A once and shared
+    /// it; on 2 threads it was as slow as this one, see [`SHARED_B_MIN_THREADS`], so A stays
+    /// private, where it was packed.) Each output is still one
     /// task's tile with the same chain (`first`/`last` at the same KC boundaries), so the bits
     /// are [`gemm_rect`]'s for any thread count.
     ///
