@@ -112,12 +112,12 @@ pub(crate) struct Assembler<'o> {
     failed_decls: HashSet<String>,
     /// Unknown `${NAME}`s already reported: reported at their first use only.
     unknown_defines: HashSet<String>,
-    /// Source lines without `${...}` that failed. A `.rept` body line that failed is not
-    /// assembled again in later iterations: its text is the same, the program already cannot
-    /// assemble, and an error that repeats is reported once anyway. Without this, a mistyped
-    /// line inside `.rept`s of 900,000 iterations took 9.5 s to diagnose again and again
-    /// (mostly the did-you-mean search; a fuzz input that timed out CI); now 0.05 s.
-    failed_lines: HashSet<usize>,
+    /// The texts (after `${...}` substitution) that failed, by source line. A `.rept` body line
+    /// that comes out the same as one that failed is not assembled again: the program already
+    /// cannot assemble, and an error that repeats is reported once anyway. Without this, a
+    /// mistyped line inside `.rept`s of 900,000 iterations took 9.5 s to diagnose again and
+    /// again (mostly the did-you-mean search; a fuzz input that timed out CI); now 0.05 s.
+    failed_lines: HashMap<usize, HashSet<String>>,
     /// Files that could not be read, with the reason, reported at their first reference only:
     /// a model's weights file names hundreds of constants, and a wrong path is one mistake.
     unreadable_files: HashSet<(String, String)>,
@@ -254,7 +254,7 @@ impl<'o> Assembler<'o> {
             files: FileCache::default(),
             failed_decls: HashSet::new(),
             unknown_defines: HashSet::new(),
-            failed_lines: HashSet::new(),
+            failed_lines: HashMap::new(),
             unreadable_files: HashSet::new(),
             substituted_bytes: 0,
             substituted_too_much: false,
@@ -441,6 +441,11 @@ impl<'o> Assembler<'o> {
                     }
                     out.push_str(&v);
                 }
+                // Reported already (see `report`): the did-you-mean search is not repeated.
+                None if self.unknown_defines.contains(name) => {
+                    let kind = AsmErrorKind::UnknownDefine { name: name.into(), suggestion: None };
+                    return Err(Diag::new(kind, start..end));
+                }
                 None => {
                     let mut known: Vec<&str> = stack.iter().map(|f| f.var.as_str()).collect();
                     known.extend(self.opts.defines.iter().map(|(k, _)| k.as_str()));
@@ -498,10 +503,6 @@ impl<'o> Assembler<'o> {
         if code.trim().is_empty() {
             return;
         }
-        let substituted = code.contains("${");
-        if !substituted && self.failed_lines.contains(&no) {
-            return;
-        }
         let expanded = match self.substitute(code, stack) {
             Ok(e) => e,
             Err(d) => {
@@ -511,11 +512,12 @@ impl<'o> Assembler<'o> {
                 return;
             }
         };
+        if self.failed_lines.get(&no).is_some_and(|texts| texts.contains(&expanded)) {
+            return;
+        }
         let ctx = self.ctx(no, &format!("{expanded}{comment}"), stack);
         if let Err(d) = self.statement(&ctx, &expanded) {
-            if !substituted {
-                self.failed_lines.insert(no);
-            }
+            self.failed_lines.entry(no).or_default().insert(expanded.clone());
             self.note_failed_decl(&expanded, stack);
             self.report(&ctx, d);
         }
