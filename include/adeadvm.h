@@ -78,6 +78,10 @@ typedef struct AdeadvmConfig {
   // Device memory budget in bytes (Vulkan): a run needing more on the device is refused
   // before anything is allocated there; 0: the device's largest device-local heap.
   uint64_t max_device_memory;
+  // NULL: one session on `backend`. Else a list such as "gpu0,gpu1,cpu": the batch is split
+  // over those executors along every input's first axis and the outputs joined (strict
+  // tier: the same bits as one device's run); `backend` is then ignored.
+  const char *devices;
 } AdeadvmConfig;
 
 #ifdef __cplusplus

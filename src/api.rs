@@ -81,6 +81,15 @@ pub enum Error {
     /// An output asked for after a failed run: a run delivers every output or none.
     #[error("output `{name}`: there are no outputs, the last run failed: {why}")]
     LastRunFailed { name: String, why: String },
+    /// A `--devices` list (see [`crate::split::Place::parse_list`]) that cannot be used.
+    #[error("devices {0}")]
+    Devices(String),
+    /// A program whose batch cannot be split over devices (see [`crate::split`]).
+    #[error("cannot split this program's batch over devices: {0}")]
+    NotSplittable(String),
+    /// What failed on one device of a split session.
+    #[error("on {place}: {source}")]
+    OnDevice { place: String, source: Box<Error> },
     /// Tensor data whose byte count does not match its dtype and shape.
     #[error("tensor `{name}`: shape {shape:?} of {dtype} needs {expected} bytes, but {got} were given")]
     TensorSize { name: String, dtype: DType, shape: Vec<usize>, expected: String, got: usize },
@@ -151,6 +160,9 @@ pub struct Config {
     pub max_device_memory: Option<u64>,
     /// End a run after this many executed instructions. None: no limit.
     pub max_steps: Option<u64>,
+    /// Which Vulkan device the vulkan and auto backends use (as `adeadvm info` numbers them).
+    /// None: `ADEADVM_VULKAN_DEVICE`, else the best device.
+    pub vulkan_device: Option<usize>,
 }
 
 /// How to read a program from assembly text.
@@ -362,6 +374,7 @@ impl Session {
             simd: None,
             backend: config.backend.vm(),
             max_device_memory: config.max_device_memory,
+            vulkan_device: config.vulkan_device,
         };
         let vm = Vm::new(program.verified.clone(), vm_config)?;
         Ok(Session { program, vm, backend: config.backend })
@@ -451,4 +464,5 @@ fn _assert_thread_safety() {
     fn send<T: Send>() {}
     send_sync::<Program>();
     send::<Session>();
+    send::<crate::split::SplitSession>();
 }

@@ -26,6 +26,7 @@ pub mod onnx;
 pub mod output;
 pub mod profile;
 pub mod rand;
+pub mod split;
 pub mod tokenizer;
 pub mod trace;
 pub mod verify;

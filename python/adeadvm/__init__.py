@@ -48,6 +48,7 @@ class _Config(ctypes.Structure):
         ("max_memory", ctypes.c_uint64),
         ("max_steps", ctypes.c_uint64),
         ("max_device_memory", ctypes.c_uint64),
+        ("devices", ctypes.c_char_p),
     ]
 
 
@@ -203,6 +204,7 @@ class VM:
         max_memory=None,
         max_steps=None,
         max_device_memory=None,
+        devices=None,
     ):
         if tier not in _TIERS:
             raise Error("unknown tier `%s`" % tier)
@@ -216,6 +218,7 @@ class VM:
             max_memory=max_memory,
             max_steps=max_steps,
             max_device_memory=max_device_memory,
+            devices=devices,
         )
         cfg = _Config()
         _check(lib.adeadvm_config_default(ctypes.byref(cfg)))
@@ -226,6 +229,10 @@ class VM:
         cfg.max_memory = max_memory or 0
         cfg.max_steps = max_steps or 0
         cfg.max_device_memory = max_device_memory or 0
+        # A list such as "gpu0,gpu1,cpu": the batch is split over those executors (every input
+        # cut along its first axis, the outputs joined; strict tier: one device's bits).
+        self._devices = None if devices is None else devices.encode()
+        cfg.devices = self._devices
         self._session = ctypes.c_void_p()
         _check(lib.adeadvm_session_new(program.handle, ctypes.byref(cfg), ctypes.byref(self._session)))
         self._lock = threading.Lock()
@@ -396,12 +403,21 @@ class VM:
 
 
 def load(
-    path, backend="auto", tier=None, threads=None, max_memory=None, max_steps=None, max_device_memory=None
+    path,
+    backend="auto",
+    tier=None,
+    threads=None,
+    max_memory=None,
+    max_steps=None,
+    max_device_memory=None,
+    devices=None,
 ):
     """Loads a program (.bib, or .s assembled in memory) and returns a `VM` ready to run it.
 
     backend: "auto", "cpu" or "vulkan"; tier: None (the program's), "strict" or "fast"; threads: worker
     threads (None: every core); max_memory: bytes; max_steps: instructions per run;
-    max_device_memory: bytes of device memory a run may need (None: the device's memory).
+    max_device_memory: bytes of device memory a run may need (None: the device's memory);
+    devices: None, or a list such as "gpu0,gpu1,cpu" to split each run's batch over those
+    executors (`backend` is then ignored; strict-tier outputs are one device's bits).
     """
-    return VM(_Program(path), backend, tier, threads, max_memory, max_steps, max_device_memory)
+    return VM(_Program(path), backend, tier, threads, max_memory, max_steps, max_device_memory, devices)

@@ -131,6 +131,29 @@ def test_device_memory_budget_is_enforced_on_vulkan():
         vm.clone().run(x=x)
 
 
+def test_devices_split_the_batch_with_the_single_run_bits():
+    """devices= reaches the C config: the batch is split over the listed executors, the joined
+    output is one run's bits (the CPU and, where there is one, Vulkan device 0)."""
+    x = np.repeat(np.load(X), 3, axis=0)  # 12 rows
+    want = adeadvm.load(str(MLP), backend="cpu").run(x=x)["y"]
+    got = adeadvm.load(str(MLP), devices="cpu,cpu,cpu").run(x=x)["y"]
+    assert got.tobytes() == want.tobytes()
+    try:
+        adeadvm.load(str(MLP), backend="vulkan")
+        has_vulkan = True
+    except adeadvm.Error as e:
+        if os.environ.get("ADEADVM_REQUIRE_VULKAN") == "1":
+            raise
+        has_vulkan = False
+    if has_vulkan:
+        vm = adeadvm.load(str(MLP), devices="gpu0,cpu")
+        for _ in range(2):  # the second run's split follows the first run's speeds
+            assert vm.run(x=x)["y"].tobytes() == want.tobytes()
+    with pytest.raises(adeadvm.Error, match="`tpu` is not `cpu` or `gpuN`") as e:
+        adeadvm.load(str(MLP), devices="cpu,tpu")
+    assert e.value.status == 2  # ADEADVM_STATUS_INVALID_ARGUMENT
+
+
 def test_sessions_on_threads_agree():
     vm = adeadvm.load(str(MLP))
     x = np.load(X)

@@ -160,6 +160,11 @@ struct RunArgs {
     /// on a Vulkan GPU when there is one, never on a CPU-emulated device).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cpu", "vulkan"])]
     backend: String,
+    /// Split the batch over several executors at once, e.g. `gpu0,gpu1,cpu` (gpuN: Vulkan device
+    /// N of `adeadvm info`): every input is cut along its first axis, in proportion to each
+    /// device's speed, and the outputs joined. Strict-tier outputs are the bits of one device's run.
+    #[arg(long, value_name = "LIST", conflicts_with_all = ["backend", "profile", "profile_json", "record"])]
+    devices: Option<String>,
     #[command(flatten)]
     source: SourceArgs,
 }

@@ -46,16 +46,15 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
         max_memory: a.max_memory,
         max_device_memory: a.max_device_memory,
         max_steps: a.max_steps,
+        vulkan_device: None,
     };
+    if let Some(devices) = &a.devices {
+        return run_split(&a, &loaded, &adeadvm::split::Place::parse_list(devices)?, &config);
+    }
     let mut vm = api::Session::new(&loaded, &config)?;
     let mut recorded_inputs = Vec::new();
     for (name, path) in &a.inputs {
-        let declared =
-            p.tensors.iter().find(|t| &t.name == name && t.kind == adeadvm::format::TensorKind::Input);
-        // An input larger than the memory budget could never run: refused before it is read.
-        let limit = a.max_memory.unwrap_or(adeadvm::input::DEFAULT_READ_LIMIT);
-        let tensor = adeadvm::npy::read_limited(path, declared.map(|d| d.dtype), limit)
-            .with_context(|| format!("--input {name}={}", path.display()))?;
+        let tensor = read_input(&a, &loaded, name, path)?;
         let bind = |vm: &mut api::Session, tensor| {
             vm.set_input(name, tensor).with_context(|| format!("--input {name}={}", path.display()))
         };
@@ -91,13 +90,7 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
         bail!(e);
     }
 
-    // Every result is written to a temporary first and put in place only when all are
-    // written: a run delivers all its files or changes none.
-    let mut results = OutputBatch::new();
-    for (name, path) in &a.outputs {
-        let t = vm.vm().output(name).ok_or_else(|| anyhow!("output `{name}` was not written"))?;
-        adeadvm::npy::stage(&mut results, path, t)?;
-    }
+    let mut results = stage_outputs(&a, &vm.outputs())?;
     let mut recorded_steps = 0;
     if let Some(path) = &a.record {
         let outputs = vm.outputs().iter().map(|(n, t)| (n.to_string(), t.digest())).collect();
@@ -113,11 +106,7 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
     }
     results.commit().context("cannot put the results in place")?;
 
-    for (name, t) in vm.outputs() {
-        if !a.outputs.iter().any(|(n, _)| n == name) {
-            println!("{}", summarize(name, t));
-        }
-    }
+    print_summaries(&a, &vm.outputs());
     if let Some(path) = &a.record {
         eprintln!("recorded {recorded_steps} steps to {}", path.display());
     }
@@ -130,6 +119,60 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
             stats.arena_bytes
         );
         eprint!("{}", profiler.table());
+    }
+    Ok(())
+}
+
+/// Reads `--input name=path` for the program's declared dtype.
+fn read_input(a: &RunArgs, program: &api::Program, name: &str, path: &Path) -> Result<HostTensor> {
+    let p = program.verified().program();
+    let declared = p.tensors.iter().find(|t| t.name == name && t.kind == adeadvm::format::TensorKind::Input);
+    // An input larger than the memory budget could never run: refused before it is read.
+    let limit = a.max_memory.unwrap_or(adeadvm::input::DEFAULT_READ_LIMIT);
+    adeadvm::npy::read_limited(path, declared.map(|d| d.dtype), limit)
+        .with_context(|| format!("--input {name}={}", path.display()))
+}
+
+/// Stages every `--output` file. Every result is written to a temporary first and put in
+/// place only when all are written: a run delivers all its files or changes none.
+fn stage_outputs(a: &RunArgs, outputs: &[(&str, &HostTensor)]) -> Result<OutputBatch> {
+    let mut results = OutputBatch::new();
+    for (name, path) in &a.outputs {
+        let (_, t) = outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| anyhow!("output `{name}` was not written"))?;
+        adeadvm::npy::stage(&mut results, path, t)?;
+    }
+    Ok(results)
+}
+
+/// Prints a summary line for each output not written to a file.
+fn print_summaries(a: &RunArgs, outputs: &[(&str, &HostTensor)]) {
+    for (name, t) in outputs {
+        if !a.outputs.iter().any(|(n, _)| n == name) {
+            println!("{}", summarize(name, t));
+        }
+    }
+}
+
+/// `adeadvm run --devices`: one batch over several executors (see [`adeadvm::split`]).
+fn run_split(
+    a: &RunArgs,
+    program: &api::Program,
+    places: &[adeadvm::split::Place],
+    config: &api::Config,
+) -> Result<()> {
+    let mut split = adeadvm::split::SplitSession::new(program, places, config)?;
+    for (name, path) in &a.inputs {
+        let tensor = read_input(a, program, name, path)?;
+        split.set_input(name, tensor).with_context(|| format!("--input {name}={}", path.display()))?;
+    }
+    let stats = split.run()?;
+    stage_outputs(a, &split.outputs())?.commit().context("cannot put the results in place")?;
+    print_summaries(a, &split.outputs());
+    for part in stats {
+        eprintln!("{}: {} rows in {:.3} ms", part.place.name(), part.rows, part.elapsed.as_secs_f64() * 1e3);
     }
     Ok(())
 }

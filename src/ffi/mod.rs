@@ -17,6 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::api::{self, Backend, Config, Program, Session, TensorView};
 use crate::isa::{DType, Tier};
+use crate::split::{Place, SplitSession};
 use crate::verify::PlanError;
 use crate::vm::VmError;
 
@@ -94,6 +95,10 @@ pub struct AdeadvmConfig {
     /// Device memory budget in bytes (Vulkan): a run needing more on the device is refused
     /// before anything is allocated there; 0: the device's largest device-local heap.
     pub max_device_memory: u64,
+    /// NULL: one session on `backend`. Else a list such as "gpu0,gpu1,cpu": the batch is split
+    /// over those executors along every input's first axis and the outputs joined (strict
+    /// tier: the same bits as one device's run); `backend` is then ignored.
+    pub devices: *const c_char,
 }
 
 /// A loaded, verified program (opaque).
@@ -106,7 +111,34 @@ pub struct AdeadvmProgram {
 
 /// A session: one program's inputs, outputs and memory (opaque).
 pub struct AdeadvmSession {
-    session: Session,
+    session: Sessions,
+}
+
+/// One session, or a batch split over several executors.
+enum Sessions {
+    One(Box<Session>),
+    Split(SplitSession),
+}
+
+impl Sessions {
+    fn set_input(&mut self, name: &str, tensor: TensorView<'_>) -> api::Result<()> {
+        match self {
+            Sessions::One(s) => s.set_input(name, tensor),
+            Sessions::Split(s) => s.set_input(name, tensor),
+        }
+    }
+    fn run(&mut self) -> api::Result<()> {
+        match self {
+            Sessions::One(s) => s.run().map(drop),
+            Sessions::Split(s) => s.run().map(drop),
+        }
+    }
+    fn output(&self, name: &str) -> api::Result<&crate::vm::HostTensor> {
+        match self {
+            Sessions::One(s) => s.output(name),
+            Sessions::Split(s) => s.output(name),
+        }
+    }
 }
 
 thread_local! {
@@ -127,33 +159,39 @@ impl Failure {
 
 impl From<api::Error> for Failure {
     fn from(e: api::Error) -> Failure {
-        use api::Error as E;
-        use AdeadvmStatus as S;
-        let status = match &e {
-            E::Asm(_) => S::Assembly,
-            E::Format(crate::format::FormatError::Io { .. }) | E::Read { .. } => S::Io,
-            E::Format(_) => S::Format,
-            E::NotUtf8 { .. } => S::Assembly,
-            E::Verify(_) => S::Verify,
-            E::Vm(VmError::InputDtype { .. }) => S::DtypeMismatch,
-            E::Vm(VmError::Binding(PlanError::UnknownInput { .. })) => S::UnknownName,
-            E::Vm(VmError::Binding(_)) => S::Shape,
-            E::Vm(
-                VmError::MemoryBudget { .. }
-                | VmError::ConstantBudget { .. }
-                | VmError::DeviceMemoryBudget { .. }
-                | VmError::OutOfMemory(_)
-                | VmError::StepBudget(_)
-                | VmError::TooManyThreads { .. },
-            ) => S::Budget,
-            E::Vm(_) => S::Runtime,
-            E::Npy(_) => S::Io,
-            E::UnknownBackend(_) | E::UnknownTier(_) => S::InvalidArgument,
-            E::UnknownOutput { .. } => S::UnknownName,
-            E::NotWritten(_) | E::LastRunFailed { .. } => S::NotWritten,
-            E::TensorSize { .. } => S::InvalidArgument,
-        };
-        Failure(status, e.to_string())
+        Failure(status_of(&e), e.to_string())
+    }
+}
+
+/// The status a C caller gets for `e` (a split session's device error: that of its cause).
+fn status_of(e: &api::Error) -> AdeadvmStatus {
+    use api::Error as E;
+    use AdeadvmStatus as S;
+    match e {
+        E::Asm(_) => S::Assembly,
+        E::Format(crate::format::FormatError::Io { .. }) | E::Read { .. } => S::Io,
+        E::Format(_) => S::Format,
+        E::NotUtf8 { .. } => S::Assembly,
+        E::Verify(_) => S::Verify,
+        E::Vm(VmError::InputDtype { .. }) => S::DtypeMismatch,
+        E::Vm(VmError::Binding(PlanError::UnknownInput { .. })) => S::UnknownName,
+        E::Vm(VmError::Binding(_)) => S::Shape,
+        E::Vm(
+            VmError::MemoryBudget { .. }
+            | VmError::ConstantBudget { .. }
+            | VmError::DeviceMemoryBudget { .. }
+            | VmError::OutOfMemory(_)
+            | VmError::StepBudget(_)
+            | VmError::TooManyThreads { .. },
+        ) => S::Budget,
+        E::Vm(_) => S::Runtime,
+        E::Npy(_) => S::Io,
+        E::UnknownBackend(_) | E::UnknownTier(_) => S::InvalidArgument,
+        E::UnknownOutput { .. } => S::UnknownName,
+        E::NotWritten(_) | E::LastRunFailed { .. } => S::NotWritten,
+        E::TensorSize { .. } => S::InvalidArgument,
+        E::Devices(_) | E::NotSplittable(_) => S::InvalidArgument,
+        E::OnDevice { source, .. } => status_of(source),
     }
 }
 
@@ -564,6 +602,7 @@ pub unsafe extern "C" fn adeadvm_config_default(config: *mut AdeadvmConfig) -> A
             max_memory: 0,
             max_steps: 0,
             max_device_memory: 0,
+            devices: std::ptr::null(),
         };
         // SAFETY: forwarded caller contract.
         unsafe { put(config, c, "config") }
@@ -588,8 +627,13 @@ pub unsafe extern "C" fn adeadvm_session_new(
             return Err(Failure::null("out"));
         }
         let mut cfg = Config::default();
+        let mut devices = None;
         // SAFETY: forwarded caller contract (NULL allowed).
         if let Some(c) = unsafe { config.as_ref() } {
+            if !c.devices.is_null() {
+                // SAFETY: non-null, the caller promises a NUL-terminated string.
+                devices = Some(Place::parse_list(unsafe { str_arg(c.devices, "config.devices") }?)?);
+            }
             if !c.backend.is_null() {
                 // SAFETY: non-null, the caller promises a NUL-terminated string.
                 cfg.backend = Backend::from_name(unsafe { str_arg(c.backend, "config.backend") }?)?;
@@ -609,7 +653,10 @@ pub unsafe extern "C" fn adeadvm_session_new(
             cfg.max_steps = (c.max_steps != 0).then_some(c.max_steps);
             cfg.max_device_memory = (c.max_device_memory != 0).then_some(c.max_device_memory);
         }
-        let session = Session::new(&p.program, &cfg)?;
+        let session = match devices {
+            None => Sessions::One(Box::new(Session::new(&p.program, &cfg)?)),
+            Some(places) => Sessions::Split(SplitSession::new(&p.program, &places, &cfg)?),
+        };
         // SAFETY: non-null (checked above), writable per the contract.
         unsafe { out.write(Box::into_raw(Box::new(AdeadvmSession { session }))) };
         Ok(())
@@ -814,9 +861,14 @@ pub unsafe extern "C" fn adeadvm_session_generate(
                     .map_err(|_| Failure::invalid(format!("stop token {stop} is out of range")))?,
             )
         };
-        let generator = crate::generate::GenerationProgram::new(s.session.program().clone())?;
+        let Sessions::One(session) = &mut s.session else {
+            return Err(Failure::invalid(
+                "generation runs on one device: this session splits over several".into(),
+            ));
+        };
+        let generator = crate::generate::GenerationProgram::new(session.program().clone())?;
         let request = crate::generate::Request { prompts, max_new, stop };
-        let out = generator.generate(&mut s.session, &request, &mut ())?;
+        let out = generator.generate(session, &request, &mut ())?;
         // SAFETY: non-null with out_ids_len >= need writable values (checked, caller promise).
         let dst = unsafe { std::slice::from_raw_parts_mut(out_ids, need) };
         dst.fill(-1);

@@ -22,7 +22,7 @@
 //! - A source that is also the destination is copied to scratch first, unless the kernel reads
 //!   each element only at the index it writes (elementwise kernels).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::exec::cpu::reference::{strides, Binary, Compare, MatmulShape, Reduce, Unary};
@@ -79,9 +79,28 @@ pub const AUTO_MIN_WORK: u64 = 1 << 16;
 /// The process's Vulkan device and kernels, opened on first use and shared by every VM
 /// (opening a device and building pipelines is slow; both are thread-safe to share).
 pub fn shared_device() -> Result<Arc<VulkanExec>, VulkanError> {
-    static SHARED: OnceLock<Result<Arc<VulkanExec>, String>> = OnceLock::new();
-    SHARED
-        .get_or_init(|| VulkanExec::new().map(Arc::new).map_err(|e| e.to_string()))
+    device_at(None)
+}
+
+/// As [`shared_device`], for device `index` (as `adeadvm info` numbers them); None is the
+/// default device. Each index is opened once per process, on first use.
+pub fn device_at(index: Option<usize>) -> Result<Arc<VulkanExec>, VulkanError> {
+    type Slot = Arc<OnceLock<Result<Arc<VulkanExec>, String>>>;
+    static OPENED: Mutex<Vec<(Option<usize>, Slot)>> = Mutex::new(Vec::new());
+    // The list's lock is held only to find the slot: opening one device does not wait for
+    // another's (two sessions on two GPUs start at once).
+    let slot = {
+        let mut opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+        match opened.iter().find(|(i, _)| *i == index) {
+            Some((_, slot)) => slot.clone(),
+            None => {
+                let slot = Arc::new(OnceLock::new());
+                opened.push((index, slot.clone()));
+                slot
+            }
+        }
+    };
+    slot.get_or_init(|| VulkanExec::open_index(index).map(Arc::new).map_err(|e| e.to_string()))
         .clone()
         .map_err(VulkanError::Earlier)
 }
@@ -147,12 +166,17 @@ pub(super) struct Gpu {
 }
 
 impl Gpu {
-    pub(super) fn new(p: &Program, inputs: usize, backend: Backend) -> Result<Option<Gpu>, VmError> {
+    pub(super) fn new(
+        p: &Program,
+        inputs: usize,
+        backend: Backend,
+        device: Option<usize>,
+    ) -> Result<Option<Gpu>, VmError> {
         let exec = match backend {
             Backend::Cpu => return Ok(None),
-            Backend::Vulkan => shared_device()?,
+            Backend::Vulkan => device_at(device)?,
             Backend::Auto if !has_gpu() => return Ok(None),
-            Backend::Auto => match shared_device() {
+            Backend::Auto => match device_at(device) {
                 Ok(dev) if dev.device().info().device_type != "CPU" => dev,
                 _ => return Ok(None),
             },

@@ -26,7 +26,7 @@ use crate::isa::{DType, Dim, Insn, Instruction, TensorId, MAX_TENSOR_READS};
 use crate::numerics as nx;
 use crate::verify::{MemoryPlan, VerifiedProgram};
 
-pub use gpu::{shared_device, Backend, AUTO_MIN_WORK};
+pub use gpu::{device_at, shared_device, Backend, AUTO_MIN_WORK};
 pub use tensor::{element_count, tensor_digest, AlignedBuf, HostTensor};
 
 /// The most worker threads a VM starts per core of the machine (`--threads`,
@@ -51,6 +51,9 @@ pub struct VmConfig {
     /// Refuse to start a run whose device arena, constants and inputs need more device memory
     /// than this. None: the device's largest device-local memory heap.
     pub max_device_memory: Option<u64>,
+    /// Which Vulkan device (as `adeadvm info` numbers them) the `vulkan` and `auto` backends
+    /// use. None: `ADEADVM_VULKAN_DEVICE`, else the best device.
+    pub vulkan_device: Option<usize>,
 }
 
 /// Why a run failed.
@@ -271,7 +274,7 @@ impl Vm {
         } else {
             None
         };
-        let gpu = gpu::Gpu::new(p, input_ids.len(), config.backend)?;
+        let gpu = gpu::Gpu::new(p, input_ids.len(), config.backend, config.vulkan_device)?;
         if let Some(g) = &gpu {
             g.check_kernel_limits(&program)?;
         }

@@ -311,21 +311,27 @@ impl Device {
     /// Opens the best device: `ADEADVM_VULKAN_DEVICE=<index>` when set, otherwise the first
     /// discrete GPU, then integrated, virtual, CPU, among devices with a compute queue.
     pub fn open() -> Result<Device, VulkanError> {
+        Self::open_index(None)
+    }
+
+    /// Opens device `index` (as `adeadvm info` numbers them), or as [`Device::open`] when None.
+    /// Opening the same index twice gives two independent logical devices.
+    pub fn open_index(index: Option<usize>) -> Result<Device, VulkanError> {
         let push = std::env::var_os(PUSH_DESCRIPTORS_ENV).is_none_or(|v| v != "0");
-        Self::open_with(push)
+        Self::open_with(index, push)
     }
 
     /// As [`Device::open`], never using VK_KHR_push_descriptor (tests of the fallback path).
     pub fn open_without_push_descriptors() -> Result<Device, VulkanError> {
-        Self::open_with(false)
+        Self::open_with(None, false)
     }
 
-    fn open_with(push_descriptors: bool) -> Result<Device, VulkanError> {
+    fn open_with(index: Option<usize>, push_descriptors: bool) -> Result<Device, VulkanError> {
         let entry = load_entry()?;
         let (instance, api) = create_instance(&entry)?;
         // open_on takes a clone: on failure the library must stay loaded until the instance is
         // destroyed below (the clone shares the loaded library).
-        match Self::open_on(entry.clone(), &instance, api, push_descriptors) {
+        match Self::open_on(entry.clone(), &instance, api, index, push_descriptors) {
             Ok(d) => Ok(d),
             Err(e) => {
                 // SAFETY: open_on destroyed everything it created from the instance before failing;
@@ -341,6 +347,7 @@ impl Device {
         entry: ash::Entry,
         instance: &ash::Instance,
         api: u32,
+        index: Option<usize>,
         push_descriptors: bool,
     ) -> Result<Device, VulkanError> {
         // SAFETY: instance is live.
@@ -353,19 +360,23 @@ impl Device {
         }
         let rank =
             |t: &str| ["discrete GPU", "integrated GPU", "virtual GPU", "CPU"].iter().position(|&x| x == t);
-        let chosen = match std::env::var("ADEADVM_VULKAN_DEVICE") {
-            Ok(s) => {
+        let by_index = |i: usize, named: String| {
+            infos.get(i).filter(|d| d.has_compute_queue).ok_or_else(|| {
+                VulkanError::NoDevice(format!(
+                    "{named}: no such device with a compute queue ({} devices; `adeadvm info` lists them)",
+                    infos.len()
+                ))
+            })
+        };
+        let chosen = match (index, std::env::var("ADEADVM_VULKAN_DEVICE")) {
+            (Some(i), _) => by_index(i, format!("Vulkan device {i}"))?,
+            (None, Ok(s)) => {
                 let i: usize = s.trim().parse().map_err(|_| {
                     VulkanError::NoDevice(format!("ADEADVM_VULKAN_DEVICE={s:?} is not a device index"))
                 })?;
-                infos.get(i).filter(|d| d.has_compute_queue).ok_or_else(|| {
-                    VulkanError::NoDevice(format!(
-                        "ADEADVM_VULKAN_DEVICE={i}: no such device with a compute queue ({} devices)",
-                        infos.len()
-                    ))
-                })?
+                by_index(i, format!("ADEADVM_VULKAN_DEVICE={i}"))?
             }
-            Err(_) => infos
+            (None, Err(_)) => infos
                 .iter()
                 .filter(|d| d.has_compute_queue)
                 .min_by_key(|d| rank(&d.device_type).unwrap_or(9))

@@ -57,6 +57,11 @@ impl VulkanExec {
         VulkanExec::with_device(Arc::new(Device::open()?))
     }
 
+    /// Opens device `index`, or the default device when None (see [`Device::open_index`]).
+    pub fn open_index(index: Option<usize>) -> Result<VulkanExec, VulkanError> {
+        VulkanExec::with_device(Arc::new(Device::open_index(index)?))
+    }
+
     /// Kernels on an open device (pipelines are built on first use).
     pub fn with_device(dev: Arc<Device>) -> Result<VulkanExec, VulkanError> {
         Ok(VulkanExec { kernels: Kernels::new(&dev), dev })
