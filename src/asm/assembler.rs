@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
+use std::rc::Rc;
 
 use super::consts::{
     arg_text, gguf_meta_text, gguf_vocab, int_arg, materialize, materialize_blocks, parse_elem, parse_f32,
@@ -55,11 +56,15 @@ const MAX_ERRORS: usize = 200;
 struct Ctx {
     line: usize,
     text: String,
-    notes: Vec<String>,
+    /// The `.rept` iterations it is in, innermost last; worded as notes only when an error is
+    /// reported (formatting them for every line was a quarter of a large expansion's time).
+    frames: Vec<ReptFrame>,
 }
 
+#[derive(Clone, Debug)]
 struct ReptFrame {
-    var: String,
+    /// Shared by every iteration's frame (and every line's [`Ctx`]): cloning it is a count.
+    var: Rc<str>,
     value: u64,
     line: usize,
 }
@@ -291,7 +296,12 @@ impl<'o> Assembler<'o> {
             return;
         }
         let mut notes = d.notes;
-        notes.extend(ctx.notes.iter().cloned());
+        notes.extend(
+            ctx.frames
+                .iter()
+                .rev()
+                .map(|f| format!("in iteration {} = {} of the `.rept` on line {}", f.var, f.value, f.line)),
+        );
         self.errors.push(AsmError {
             kind: *d.kind,
             line: ctx.line,
@@ -346,6 +356,7 @@ impl<'o> Assembler<'o> {
                         continue;
                     }
                     if let Some((var, count)) = self.rept_header(no, raw, stack) {
+                        let var: Rc<str> = var.into();
                         for k in 0..count {
                             stack.push(ReptFrame { var: var.clone(), value: k, line: no });
                             self.block(lines, ends, i + 1..end, stack);
@@ -382,16 +393,11 @@ impl<'o> Assembler<'o> {
     }
 
     fn ctx(&self, line: usize, text: &str, stack: &[ReptFrame]) -> Ctx {
-        let notes = stack
-            .iter()
-            .rev()
-            .map(|f| format!("in iteration {} = {} of the `.rept` on line {}", f.var, f.value, f.line))
-            .collect();
-        Ctx { line, text: text.to_string(), notes }
+        Ctx { line, text: text.to_string(), frames: stack.to_vec() }
     }
 
     fn lookup_define(&self, name: &str, stack: &[ReptFrame]) -> Option<String> {
-        if let Some(f) = stack.iter().rev().find(|f| f.var == name) {
+        if let Some(f) = stack.iter().rev().find(|f| &*f.var == name) {
             return Some(f.value.to_string());
         }
         if let Some((_, v)) = self.opts.defines.iter().rev().find(|(k, _)| k == name) {
@@ -447,7 +453,7 @@ impl<'o> Assembler<'o> {
                     return Err(Diag::new(kind, start..end));
                 }
                 None => {
-                    let mut known: Vec<&str> = stack.iter().map(|f| f.var.as_str()).collect();
+                    let mut known: Vec<&str> = stack.iter().map(|f| &*f.var).collect();
                     known.extend(self.opts.defines.iter().map(|(k, _)| k.as_str()));
                     known.extend(self.defines.keys().map(|k| k.as_str()));
                     let suggestion = suggest(name, known);
