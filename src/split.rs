@@ -106,7 +106,8 @@ pub struct SplitSession {
 
 impl SplitSession {
     /// A session over `places` (at least one). `config`'s backend is ignored: each place names
-    /// its executor; its threads are the CPU session's.
+    /// its executor. `config.threads` is each CPU session's; when None, the CPU sessions share
+    /// the cores left after one for each GPU session (which records on its own thread).
     pub fn new(program: &Program, places: &[Place], config: &Config) -> Result<SplitSession> {
         if places.is_empty() {
             return Err(Error::Devices("no devices given".into()));
@@ -147,6 +148,11 @@ impl SplitSession {
         if axis.is_none() {
             return Err(Error::NotSplittable("the program has no inputs or outputs to split".into()));
         }
+        // Unless told, the CPU sessions share the cores a GPU session's recording thread leaves.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let gpus = places.iter().filter(|p| matches!(p, Place::Gpu(_))).count();
+        let cpus = places.len() - gpus;
+        let cpu_threads = config.threads.or(Some((cores.saturating_sub(gpus).max(1) / cpus.max(1)).max(1)));
         let mut parts = Vec::with_capacity(places.len());
         for &place in places {
             let config = Config {
@@ -159,6 +165,10 @@ impl SplitSession {
                     Place::Gpu(n) => Some(n),
                 },
                 tier: None,
+                threads: match place {
+                    Place::Cpu => cpu_threads,
+                    Place::Gpu(_) => config.threads,
+                },
                 ..config.clone()
             };
             let session = Session::new(&program, &config)
