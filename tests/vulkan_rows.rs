@@ -1815,3 +1815,123 @@ fn split_sgemm_is_as_accurate_as_f32() {
         }
     }
 }
+
+/// The fast tier's split-k MATMUL (rows::matmul_split_k: spans of k at once into scratch,
+/// summed, the last span finishing) against a float64 reference, next to the unsplit fast
+/// kernel: shapes with few output tiles, a batch axis, a bias, RELU and GELU, a k that is not a
+/// whole number of spans, and both operand layouts. Its error bound is the unsplit kernel's
+/// (each is a sum of k f32 products); the same bits on a second run.
+#[test]
+fn split_k_matmul_matches_a_float64_reference() {
+    let Some(ex) = exec() else { return };
+    let k = ex.kernels();
+    let mut rec = Recorder::new(ex.device()).unwrap();
+    // a's shape, b's shape, ta, tb, the activation, whether there is a bias.
+    type Case = (&'static [usize], &'static [usize], bool, bool, Act, bool);
+    let cases: [Case; 6] = [
+        (&[128, 384], &[384, 384], false, false, Act::None, false),
+        (&[128, 1000], &[1000, 64], false, false, Act::Relu, true),
+        (&[3, 64, 200], &[3, 200, 64], false, false, Act::None, true),
+        (&[200, 64], &[64, 200], true, true, Act::Gelu, false),
+        (&[16, 130], &[130, 64], false, false, Act::None, false),
+        (&[64, 512], &[128, 512], false, true, Act::Relu, true),
+    ];
+    for (i, &(ashape, bshape, ta, tb, act, with_bias)) in cases.iter().enumerate() {
+        let r = ashape.len();
+        let (m, kk) = if ta { (ashape[r - 1], ashape[r - 2]) } else { (ashape[r - 2], ashape[r - 1]) };
+        let n = if tb { bshape[r - 2] } else { bshape[r - 1] };
+        let mut out = ashape[..r - 2].to_vec();
+        out.extend([m, n]);
+        let g = MatmulShape { a: ashape.to_vec(), b: bshape.to_vec(), out: out.clone(), ta, tb };
+        let na: usize = ashape.iter().product();
+        let nb: usize = bshape.iter().product();
+        let nout: usize = out.iter().product();
+        let x = moderate_values(11 + i as u64, na);
+        let y = moderate_values(29 + i as u64, nb);
+        let bias = moderate_values(47 + i as u64, n);
+        let (sa, sb, sbias) =
+            (upload(ex, &mut rec, &x), upload(ex, &mut rec, &y), upload(ex, &mut rec, &bias));
+        let bias_shape = [n];
+        let bias_arg = with_bias.then_some((&sbias, &bias_shape[..]));
+        let split = rows::SplitK {
+            slices: kk.div_ceil(64) as u64,
+            span: 64,
+            scratch_bytes: (kk.div_ceil(64) as u64 - 1) * nout as u64 * 4,
+        };
+        let scratch = ex.alloc(split.scratch_bytes).unwrap();
+        let got: Vec<Vec<f32>> = (0..2)
+            .map(|_| {
+                let dst = ex.alloc(nout as u64 * 4).unwrap();
+                rows::matmul_split_k(k, &mut rec, &g, act, &dst, &sa, &sb, bias_arg, split, &scratch)
+                    .unwrap();
+                fetch(ex, &mut rec, &dst)
+            })
+            .collect();
+        assert!(got[0].iter().zip(&got[1]).all(|(p, q)| p.to_bits() == q.to_bits()), "case {i}: run to run");
+        let dst = ex.alloc(nout as u64 * 4).unwrap();
+        rows::matmul(k, &mut rec, &g, act, Tier::Fast, &dst, &sa, &sb, bias_arg).unwrap();
+        let unsplit = fetch(ex, &mut rec, &dst);
+        // float64 reference, with the magnitude sum that bounds an f32 sum's error.
+        let batches = nout / (m * n);
+        let (astep, bstep) = (na / batches, nb / batches);
+        let gelu = |v: f64| 0.5 * v * (1.0 + libm_erf(v / std::f64::consts::SQRT_2));
+        let mut worst = [0.0f64; 2];
+        for bz in 0..batches {
+            for row in 0..m {
+                for col in 0..n {
+                    let (mut s, mut mag) = (0.0f64, 0.0f64);
+                    for e in 0..kk {
+                        let av = if ta { x[bz * astep + e * m + row] } else { x[bz * astep + row * kk + e] };
+                        let bv = if tb { y[bz * bstep + col * kk + e] } else { y[bz * bstep + e * n + col] };
+                        s += f64::from(av) * f64::from(bv);
+                        mag += (f64::from(av) * f64::from(bv)).abs();
+                    }
+                    if with_bias {
+                        s += f64::from(bias[col]);
+                        mag += f64::from(bias[col]).abs();
+                    }
+                    let want = match act {
+                        Act::None => s,
+                        Act::Relu => s.max(0.0),
+                        Act::Gelu => gelu(s),
+                    };
+                    let o = bz * m * n + row * n + col;
+                    // GELU's own error (the fast tier's vendor math) counts against |want|.
+                    let slack = if act == Act::Gelu { 1e-6 * want.abs() } else { 0.0 };
+                    for (w, v) in worst.iter_mut().zip([got[0][o], unsplit[o]]) {
+                        *w = w.max(((f64::from(v) - want).abs() - slack).max(0.0) / mag.max(1e-30));
+                    }
+                }
+            }
+        }
+        // An f32 sum of k products errs by at most about k * 2^-24 of the magnitude sum.
+        let bound = (kk as f64 + 2.0) * 2f64.powi(-24);
+        assert!(
+            worst[0] <= bound,
+            "case {i} {g:?}: split-k error {:.3e} of the magnitude sum > {bound:.3e}",
+            worst[0]
+        );
+        assert!(worst[1] <= bound, "case {i}: the unsplit kernel's error {:.3e} > {bound:.3e}", worst[1]);
+    }
+}
+
+/// erf for the GELU reference (Abramowitz-Stegun 7.1.26 is too coarse; this is the series /
+/// continued fraction pair, good to 1e-15).
+fn libm_erf(x: f64) -> f64 {
+    if x.abs() < 2.5 {
+        let (mut term, mut sum, x2) = (x, x, x * x);
+        for n in 1..80 {
+            term *= -x2 / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        let t = x.abs();
+        let mut f = 0.0;
+        for n in (1..120).rev() {
+            f = (n as f64 / 2.0) / (t + f);
+        }
+        let erfc = (-t * t).exp() / std::f64::consts::PI.sqrt() / (t + f);
+        (1.0 - erfc).copysign(x)
+    }
+}

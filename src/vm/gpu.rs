@@ -1190,9 +1190,23 @@ impl Vm {
                 };
                 // f16 operands: the fast kernel is the strict one's bits (rows::gemm_tier says why).
                 let tier = if dt(b) == operands { rows::gemm_tier(p.tier, operands) } else { p.tier };
+                // Fast tier, too few output tiles to fill the device: k cut into spans that run
+                // at once (rows::matmul_split_k). Its destination must not be an operand.
+                let overlaps = [Some(a), Some(b), bias].contains(&Some(dst));
+                let split_k =
+                    self.gpu.as_mut().filter(|_| !overlaps && dt(dst) == DType::F32).and_then(|g| {
+                        let split = rows::split_k_chosen(g.exec.kernels(), &gs, tier)?;
+                        Some((split, g.scratch(split.scratch_bytes).ok()?))
+                    });
                 self.with_dst_f32(f, p, dst, |g, d| {
                     let bias = vbias.as_ref().map(|(s, sh)| (s, sh.as_slice()));
-                    rows::matmul(g.exec.kernels(), &mut g.rec, &gs, act, tier, d, &va, &vb, bias)
+                    let k = g.exec.kernels();
+                    match &split_k {
+                        Some((split, scratch)) => {
+                            rows::matmul_split_k(k, &mut g.rec, &gs, act, d, &va, &vb, bias, *split, scratch)
+                        }
+                        None => rows::matmul(k, &mut g.rec, &gs, act, tier, d, &va, &vb, bias),
+                    }
                 })?;
             }
             Insn::Softmax { dst, x, mask, scale } => {

@@ -552,6 +552,133 @@ pub fn matmul_with(
     Ok(())
 }
 
+/// How [`matmul_split_k`] cuts a fast-tier matmul's k: `slices` spans of `span` (the last may
+/// be shorter), and the scratch bytes the partial sums take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitK {
+    pub slices: u64,
+    pub span: u64,
+    pub scratch_bytes: u64,
+}
+
+/// Fewest k a split-k span covers (two chunks of the largest `bk`).
+const SPLIT_K_MIN_SPAN: u64 = 64;
+
+/// Whether the fast tier's f32 matmul `g` (of `tier`) runs as [`matmul_split_k`] on `k`'s
+/// device: where 64x64 output tiles would give fewer workgroups than half the device's
+/// multiprocessors and k has room for two spans of at least [`SPLIT_K_MIN_SPAN`] (MiniLM at
+/// B=1: 128x384 outputs, 12 workgroups for 132 multiprocessors on an H100, each running all of
+/// k), and the output's bytes are whole multiples of 256 (each slice's partial sums start on a
+/// buffer offset a binding may take). Not on a CPU device (lavapipe) unless forced;
+/// `ADEADVM_VULKAN_SPLIT_K=1` forces it wherever k allows, `0` turns it off.
+pub fn split_k_chosen(k: &Kernels, g: &MatmulShape, tier: Tier) -> Option<SplitK> {
+    if tier != Tier::Fast {
+        return None;
+    }
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| crate::exec::env_switch("ADEADVM_VULKAN_SPLIT_K"));
+    let info = k.device().info();
+    if forced == Some(false) || (forced.is_none() && info.device_type == "CPU") {
+        return None;
+    }
+    let plan = MatmulPlan::new(g, None).ok()?;
+    let kk = u64::from(plan.k);
+    if !(plan.out_elems * 4).is_multiple_of(256) || kk < 2 * SPLIT_K_MIN_SPAN {
+        return None;
+    }
+    let tiles = plan.tiles(64u64, 64u64);
+    let sms = u64::from(info.multiprocessors.unwrap_or(SPLIT_DEFAULT_MULTIPROCESSORS));
+    let wanted = if forced == Some(true) { 4 } else { sms / tiles.max(1) };
+    if forced.is_none() && 2 * tiles > sms {
+        return None;
+    }
+    let slices = wanted.clamp(2, kk / SPLIT_K_MIN_SPAN);
+    let span = kk.div_ceil(slices).next_multiple_of(GEMM_SPAN_QUANTUM);
+    let slices = kk.div_ceil(span);
+    (slices >= 2).then_some(SplitK { slices, span, scratch_bytes: (slices - 1) * plan.out_elems * 4 })
+}
+
+/// The fast tier's MATMUL with k cut into `split.slices` spans ([`split_k_chosen`]), for
+/// matmuls with too few output tiles to fill the device: every span but the last runs at once
+/// on the register-tiled kernel into its own block of `scratch` (`split.scratch_bytes`; the
+/// blocks after the first zeroed first, as the kernel resumes from what its destination holds),
+/// REDUCE_SUM's kernel adds the blocks into `dst` in order, and the last span resumes from that
+/// sum and finishes (bias, activation) as the unsplit kernel's last span does. The same bits run
+/// to run, not the unsplit kernel's (the fast tier's contract). `dst` must not overlap `a`,
+/// `b` or the bias.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_split_k(
+    k: &Kernels,
+    rec: &mut Recorder,
+    g: &MatmulShape,
+    act: Act,
+    dst: &Slice,
+    a: &Slice,
+    b: &Slice,
+    bias: Option<(&Slice, &[usize])>,
+    split: SplitK,
+    scratch: &Slice,
+) -> Result<(), VulkanError> {
+    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
+    check_len("matmul a", a, plan.a_elems)?;
+    check_len("matmul b", b, plan.b_elems)?;
+    check_len("matmul destination", dst, plan.out_elems)?;
+    if let Some((s, _)) = bias {
+        check_len("matmul bias", s, plan.bias_elems)?;
+    }
+    let block = plan.out_elems * 4;
+    if split.slices < 2
+        || scratch.len != split.scratch_bytes
+        || split.scratch_bytes != (split.slices - 1) * block
+    {
+        return Err(invalid(format!(
+            "split-k scratch: {split:?} for {} outputs, given {} bytes",
+            plan.out_elems, scratch.len
+        )));
+    }
+    let act_code = match act {
+        Act::None | Act::Gelu => 0u32,
+        Act::Relu => 1,
+    };
+    let tile = GemmTile::chosen(rec, |t| plan.tiles(t.bm, t.bn));
+    let kernel = tile.kernel(k, Tier::Fast, plan.aligned_to(g, &tile, 4), split.span)?;
+    let mut push = plan.push_constants(g, act_code, bias.is_some(), 0);
+    let bias_slice = bias.map_or(a, |(s, _)| s);
+    let groups = grid(rec, &Tuning::default(), plan.tiles(u64::from(tile.bm), u64::from(tile.bn)))?;
+    let blocks: Vec<Slice> = (0..split.slices - 1)
+        .map(|j| scratch.buf.slice(scratch.offset + j * block, block))
+        .collect::<Result<_, _>>()?;
+    if split.slices > 2 {
+        let zeroed = scratch.buf.slice(scratch.offset + block, (split.slices - 2) * block)?;
+        data::fill(k, rec, &zeroed, ((split.slices - 2) * plan.out_elems) as usize, 0)?;
+    }
+    for (j, y) in blocks.iter().enumerate() {
+        push[28] = w(j as u64 * split.span);
+        let bindings = [Binding::write(y), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
+        rec.dispatch(&kernel, &bindings, &push, groups)?;
+    }
+    let shape = [(split.slices - 1) as usize, plan.out_elems as usize];
+    reduce::reduce_in(
+        k,
+        rec,
+        Tier::Strict,
+        reference::Reduce::Sum,
+        dst,
+        scratch,
+        &shape,
+        0,
+        None,
+        &Tuning::default(),
+    )?;
+    push[28] = w((split.slices - 1) * split.span);
+    let bindings = [Binding::write(dst), Binding::read(a), Binding::read(b), Binding::read(bias_slice)];
+    rec.dispatch(&kernel, &bindings, &push, groups)?;
+    if act == Act::Gelu {
+        gelu_after(k, rec, Tier::Fast, dst, plan.out_elems)?;
+    }
+    Ok(())
+}
+
 /// Rows of a from which [`matmul_blocks`] runs the tiled kernel (shaders/matmul_q_tile.comp)
 /// rather than the matrix-vector one (shaders/matmul_q_vec.comp, which keeps one accumulator
 /// per row in each thread: at most 8).
