@@ -1475,3 +1475,71 @@ fn matmul_with_an_empty_side_gives_an_empty_output_on_vulkan() {
     }
     check_matmul_with_an_empty_side(&gpu(), "Vulkan");
 }
+
+/// The VM's fast-tier MATMUL on the device with k cut into spans (`ADEADVM_VULKAN_SPLIT_K=1`
+/// forces rows::matmul_split_k, which otherwise runs only where the output tiles are few on a
+/// GPU): within an f32 sum's error of a float64 reference, as the unsplit kernel's.
+#[test]
+fn split_k_matmul_runs_in_the_vm() {
+    if !vulkan() {
+        return;
+    }
+    let (m, k, n) = (32usize, 1024usize, 64usize);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(7);
+    let x = rng.vec(m * k, -1.0, 1.0);
+    let w = rng.vec(k * n, -1.0, 1.0);
+    let bias = rng.vec(n, -1.0, 1.0);
+    let src = format!(
+        ".tier fast\n.input %x f32[{m}, {k}]\n.input %w f32[{k}, {n}]\n.input %c f32[{n}]\n.output y f32[{m}, {n}]\n    ALLOC %t: f32[{m}, {n}]\n    MATMUL %t, %x, %w, bias=%c, act=relu\n    STORE y, %t\n    FREE %t\n    HALT\n"
+    );
+    std::fs::write(dir.path().join("mm.s"), src).unwrap();
+    for (name, v, shape) in [("x", &x, vec![m, k]), ("w", &w, vec![k, n]), ("c", &bias, vec![n])] {
+        adeadvm::npy::write(&dir.path().join(format!("{name}.npy")), &f32s(&shape, v)).unwrap();
+    }
+    let run = |split: &str| {
+        let out = dir.path().join(format!("y{split}.npy"));
+        let status = Command::new(env!("CARGO_BIN_EXE_adeadvm"))
+            .current_dir(dir.path())
+            .args([
+                "run",
+                "mm.s",
+                "--backend",
+                "vulkan",
+                "-i",
+                "x=x.npy",
+                "-i",
+                "w=w.npy",
+                "-i",
+                "c=c.npy",
+                "-o",
+            ])
+            .arg(format!("y={}", out.display()))
+            .env("ADEADVM_VULKAN_SPLIT_K", split)
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+        adeadvm::npy::read(&out, None).unwrap().to_f32().unwrap()
+    };
+    let (split, unsplit) = (run("1"), run("0"));
+    assert!(split != unsplit, "forcing split-k changed nothing: did it run?");
+    let bound = (k as f64 + 2.0) * 2f64.powi(-24);
+    for i in 0..m {
+        for j in 0..n {
+            let (mut s, mut mag) = (f64::from(bias[j]), f64::from(bias[j]).abs());
+            for e in 0..k {
+                let p = f64::from(x[i * k + e]) * f64::from(w[e * n + j]);
+                s += p;
+                mag += p.abs();
+            }
+            let want = s.max(0.0);
+            for (what, got) in [("split", split[i * n + j]), ("unsplit", unsplit[i * n + j])] {
+                let err = (f64::from(got) - want).abs() / mag;
+                assert!(
+                    err <= bound,
+                    "{what} [{i}, {j}]: {got} against {want}, {err:.3e} of the magnitude sum"
+                );
+            }
+        }
+    }
+}

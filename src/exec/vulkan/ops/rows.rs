@@ -561,15 +561,33 @@ pub struct SplitK {
     pub scratch_bytes: u64,
 }
 
-/// Fewest k a split-k span covers (two chunks of the largest `bk`).
-const SPLIT_K_MIN_SPAN: u64 = 64;
+/// Fewest k a split-k span covers, and fewest spans worth cutting k into;
+/// `ADEADVM_VULKAN_SPLIT_K_SPAN` (a multiple of 32) sets another span, for tuning. Measured on
+/// an H100 (20 dependent MATMULs of one shape a run, warm, µs each unsplit / split): spans of
+/// 64 or more, 128x1536x384 94 / 59 (10 spans of 160), 32x4096x1024 207 / 101 (8 of 512),
+/// 128x384x1536 56 / 44 (2 of 192); but 128x384^2 37 / 37 (6 of 64) and 256x384^2 41 / 49 (5 of
+/// 96): short spans do not pay for the reduction, so k must allow 4 spans of 192.
+const SPLIT_K_MIN_SPAN: u64 = 192;
+const SPLIT_K_MIN_SLICES: u64 = 4;
+
+fn split_k_min_span() -> u64 {
+    static SPAN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SPAN.get_or_init(|| {
+        std::env::var("ADEADVM_VULKAN_SPLIT_K_SPAN")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .filter(|&v| v >= GEMM_SPAN_QUANTUM && v.is_multiple_of(GEMM_SPAN_QUANTUM))
+            .unwrap_or(SPLIT_K_MIN_SPAN)
+    })
+}
 
 /// Whether the fast tier's f32 matmul `g` (of `tier`) runs as [`matmul_split_k`] on `k`'s
 /// device: where 64x64 output tiles would give fewer workgroups than half the device's
-/// multiprocessors and k has room for two spans of at least [`SPLIT_K_MIN_SPAN`] (MiniLM at
-/// B=1: 128x384 outputs, 12 workgroups for 132 multiprocessors on an H100, each running all of
-/// k), and the output's bytes are whole multiples of 256 (each slice's partial sums start on a
-/// buffer offset a binding may take). Not on a CPU device (lavapipe) unless forced;
+/// multiprocessors (MiniLM's feed-forward output at B=1: 128x384 outputs, 12 workgroups for
+/// 132 multiprocessors on an H100, each running all 1536 of k) and k has room for
+/// [`SPLIT_K_MIN_SLICES`] spans of at least [`SPLIT_K_MIN_SPAN`], and the output's bytes are
+/// whole multiples of 256 (each slice's partial sums start on a buffer offset a binding may
+/// take). Not on a CPU device (lavapipe) unless forced;
 /// `ADEADVM_VULKAN_SPLIT_K=1` forces it wherever k allows, `0` turns it off.
 pub fn split_k_chosen(k: &Kernels, g: &MatmulShape, tier: Tier) -> Option<SplitK> {
     if tier != Tier::Fast {
@@ -583,7 +601,8 @@ pub fn split_k_chosen(k: &Kernels, g: &MatmulShape, tier: Tier) -> Option<SplitK
     }
     let plan = MatmulPlan::new(g, None).ok()?;
     let kk = u64::from(plan.k);
-    if !(plan.out_elems * 4).is_multiple_of(256) || kk < 2 * SPLIT_K_MIN_SPAN {
+    let min_span = split_k_min_span();
+    if !(plan.out_elems * 4).is_multiple_of(256) || kk < SPLIT_K_MIN_SLICES * min_span {
         return None;
     }
     let tiles = plan.tiles(64u64, 64u64);
@@ -592,7 +611,7 @@ pub fn split_k_chosen(k: &Kernels, g: &MatmulShape, tier: Tier) -> Option<SplitK
     if forced.is_none() && 2 * tiles > sms {
         return None;
     }
-    let slices = wanted.clamp(2, kk / SPLIT_K_MIN_SPAN);
+    let slices = wanted.clamp(SPLIT_K_MIN_SLICES, kk / min_span);
     let span = kk.div_ceil(slices).next_multiple_of(GEMM_SPAN_QUANTUM);
     let slices = kk.div_ceil(span);
     (slices >= 2).then_some(SplitK { slices, span, scratch_bytes: (slices - 1) * plan.out_elems * 4 })
