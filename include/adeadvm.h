@@ -92,6 +92,12 @@ extern "C" {
 // failing call on this thread; never NULL.
 const char *adeadvm_last_error(void);
 
+// 1 when work on a Vulkan device of this process did not finish within `ADEADVM_GPU_TIMEOUT`
+// (a call failed saying so) and may still be running in the driver, else 0. A program that
+// then exits should call `_exit`: the driver's own teardown at exit can crash under work still
+// running in it (lavapipe did, in most tries).
+uint32_t adeadvm_device_hung(void);
+
 // The library version, e.g. "0.1.0" (static, never NULL).
 const char *adeadvm_version(void);
 

@@ -147,6 +147,7 @@ def _load_lib():
                 [P, ctypes.POINTER(ctypes.c_int32), sz, ctypes.c_char_p, sz, ctypes.POINTER(sz)],
             ),
             "adeadvm_session_free": (None, [P]),
+            "adeadvm_device_hung": (ctypes.c_uint32, []),
         }
         for name, (res, args) in sigs.items():
             f = getattr(lib, name)
@@ -400,6 +401,13 @@ class VM:
         if getattr(self, "_session", None):
             self._lib.adeadvm_session_free(self._session)
             self._session = None
+
+
+def device_hung():
+    """Whether work on a Vulkan device of this process did not finish within ADEADVM_GPU_TIMEOUT
+    (a run failed saying so) and may still be running in the driver. A program should then leave
+    with os._exit: the driver's own teardown at exit can crash under work still running in it."""
+    return bool(_load_lib().adeadvm_device_hung())
 
 
 def load(

@@ -226,3 +226,43 @@ def test_rank0_inputs_keep_their_shape(tmp_path):
     want = cli_output(tmp_path, src, {"x": xp, "k": kp}, "y")
     got = vm.run(x=np.load(xp), k=np.load(kp))["y"]
     assert want.shape == () and got.shape == () and want.tobytes() == got.tobytes()
+
+
+def test_device_hung_after_a_gpu_timeout(tmp_path):
+    """After a run fails by ADEADVM_GPU_TIMEOUT, device_hung() says so, and a program leaving by
+    os._exit (as it should) ends cleanly; before it, device_hung() is False."""
+    if os.environ.get("ADEADVM_REQUIRE_VULKAN") != "1":
+        try:
+            adeadvm.load(str(MLP), backend="vulkan")
+        except adeadvm.Error as e:
+            pytest.skip("no Vulkan device: %s" % e)
+    spv = REPO / "tests" / "support" / "kernels" / "spin.spv"
+    (tmp_path / "spin.spv").write_bytes(spv.read_bytes())
+    (tmp_path / "spin.s").write_text(
+        ".tier fast\n.input %x f32[64]\n.tensor %y f32[64]\n.output y f32[64]\n"
+        '.spirv spin = file("spin.spv")\n'
+        '.kernel k = spin "main" bindings(%x, %y) push(u32 65535, u32 64) groups(65535, 1, 1)\n'
+        "ALLOC %y\nKERNEL k\nGPU_SYNC\nSTORE y, %y\nFREE %y\n"
+    )
+    script = (
+        "import os, sys, numpy as np\n"
+        "sys.path.insert(0, %r)\n"
+        "import adeadvm\n"
+        "print('before', adeadvm.device_hung())\n"
+        "vm = adeadvm.load('spin.s', backend='vulkan')\n"
+        "try:\n"
+        "    vm.run(x=np.ones(64, np.float32))\n"
+        "except adeadvm.Error as e:\n"
+        "    print('error', e)\n"
+        "print('after', adeadvm.device_hung(), flush=True)\n"
+        "os._exit(0 if adeadvm.device_hung() else 3)\n" % str(REPO / "python")
+    )
+    env = dict(os.environ, ADEADVM_GPU_TIMEOUT="1")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "before False"
+    assert lines[1].startswith("error ") and lines[1].endswith(
+        "the GPU did not finish a batch within 1 s (set ADEADVM_GPU_TIMEOUT to wait longer)"
+    ), lines[1]
+    assert lines[2] == "after True"

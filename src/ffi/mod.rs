@@ -285,6 +285,15 @@ pub extern "C" fn adeadvm_last_error() -> *const c_char {
     LAST_ERROR.with(|l| l.borrow().as_ptr())
 }
 
+/// 1 when work on a Vulkan device of this process did not finish within `ADEADVM_GPU_TIMEOUT`
+/// (a call failed saying so) and may still be running in the driver, else 0. A program that
+/// then exits should call `_exit`: the driver's own teardown at exit can crash under work still
+/// running in it (lavapipe did, in most tries).
+#[no_mangle]
+pub extern "C" fn adeadvm_device_hung() -> u32 {
+    u32::from(crate::exec::vulkan::any_device_hung())
+}
+
 /// The library version, e.g. "0.1.0" (static, never NULL).
 #[no_mangle]
 pub extern "C" fn adeadvm_version() -> *const c_char {
