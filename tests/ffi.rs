@@ -209,6 +209,27 @@ fn new_session(p: *const AdeadvmProgram) -> *mut AdeadvmSession {
     s
 }
 
+/// Binds the MLP's input `x` (rows of 784) to `x`, which must succeed.
+///
+/// # Safety
+/// `s` is a live session.
+unsafe fn set_mlp_x(s: *mut AdeadvmSession, x: &[f32]) {
+    let shape = [x.len() / 784, 784];
+    // SAFETY: a live session (caller), pointers to live locals with their true lengths.
+    let st = unsafe {
+        adeadvm_session_set_input(
+            s,
+            c"x".as_ptr(),
+            AdeadvmDtype::F32 as u32,
+            shape.as_ptr(),
+            2,
+            x.as_ptr().cast(),
+            x.len() * 4,
+        )
+    };
+    assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
+}
+
 fn c(s: &str) -> Vec<u8> {
     let mut v = s.as_bytes().to_vec();
     v.push(0);
@@ -471,17 +492,7 @@ fn the_device_memory_budget_is_set_through_the_c_config() {
             cfg.max_device_memory = budget;
             let mut s = null_mut();
             assert_eq!(adeadvm_session_new(prog, &cfg, &mut s), AdeadvmStatus::Ok, "{}", last_error());
-            let shape = [2usize, 784];
-            let st = adeadvm_session_set_input(
-                s,
-                c"x".as_ptr(),
-                AdeadvmDtype::F32 as u32,
-                shape.as_ptr(),
-                2,
-                x.as_ptr().cast(),
-                x.len() * 4,
-            );
-            assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
+            set_mlp_x(s, &x);
             let st = adeadvm_session_run(s);
             let err = if st == AdeadvmStatus::Ok { String::new() } else { last_error() };
             adeadvm_session_free(s);
@@ -581,17 +592,7 @@ fn the_c_config_splits_the_batch_over_devices() {
             if st != AdeadvmStatus::Ok {
                 return Err((st, last_error()));
             }
-            let shape = [5usize, 784];
-            let st = adeadvm_session_set_input(
-                s,
-                c"x".as_ptr(),
-                AdeadvmDtype::F32 as u32,
-                shape.as_ptr(),
-                2,
-                x.as_ptr().cast(),
-                x.len() * 4,
-            );
-            assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
+            set_mlp_x(s, &x);
             assert_eq!(adeadvm_session_run(s), AdeadvmStatus::Ok, "{}", last_error());
             let (mut dtype, mut rank, mut data, mut nbytes) = (0u32, 0usize, std::ptr::null(), 0usize);
             let mut out_shape = [0usize; 2];

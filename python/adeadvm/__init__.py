@@ -410,22 +410,14 @@ def device_hung():
     return bool(_load_lib().adeadvm_device_hung())
 
 
-def load(
-    path,
-    backend="auto",
-    tier=None,
-    threads=None,
-    max_memory=None,
-    max_steps=None,
-    max_device_memory=None,
-    devices=None,
-):
+def load(path, **settings):
     """Loads a program (.bib, or .s assembled in memory) and returns a `VM` ready to run it.
 
-    backend: "auto", "cpu" or "vulkan"; tier: None (the program's), "strict" or "fast"; threads: worker
-    threads (None: every core); max_memory: bytes; max_steps: instructions per run;
-    max_device_memory: bytes of device memory a run may need (None: the device's memory);
-    devices: None, or a list such as "gpu0,gpu1,cpu" to split each run's batch over those
-    executors (`backend` is then ignored; strict-tier outputs are one device's bits).
+    Settings, by name (those of `VM`): backend: "auto", "cpu" or "vulkan"; tier: None (the
+    program's), "strict" or "fast"; threads: worker threads (None: every core); max_memory:
+    bytes; max_steps: instructions per run; max_device_memory: bytes of device memory a run may
+    need (None: the device's memory); devices: None, or a list such as "gpu0,gpu1,cpu" to split
+    each run's batch over those executors (`backend` is then ignored; strict-tier outputs are
+    one device's bits).
     """
-    return VM(_Program(path), backend, tier, threads, max_memory, max_steps, max_device_memory, devices)
+    return VM(_Program(path), **settings)

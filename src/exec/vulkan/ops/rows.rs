@@ -503,13 +503,7 @@ pub fn matmul_with(
     bias: Option<(&Slice, &[usize])>,
     tuning: &Tuning,
 ) -> Result<(), VulkanError> {
-    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
-    check_len("matmul a", a, plan.a_elems)?;
-    check_len("matmul b", b, plan.b_elems)?;
-    check_len("matmul destination", dst, plan.out_elems)?;
-    if let Some((s, _)) = bias {
-        check_len("matmul bias", s, plan.bias_elems)?;
-    }
+    let plan = MatmulPlan::checked(g, dst, a, b, bias)?;
     if plan.out_elems == 0 {
         return Ok(());
     }
@@ -638,13 +632,7 @@ pub fn matmul_split_k(
     split: SplitK,
     scratch: &Slice,
 ) -> Result<(), VulkanError> {
-    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
-    check_len("matmul a", a, plan.a_elems)?;
-    check_len("matmul b", b, plan.b_elems)?;
-    check_len("matmul destination", dst, plan.out_elems)?;
-    if let Some((s, _)) = bias {
-        check_len("matmul bias", s, plan.bias_elems)?;
-    }
+    let plan = MatmulPlan::checked(g, dst, a, b, bias)?;
     let block = plan.out_elems * 4;
     if split.slices < 2
         || scratch.len != split.scratch_bytes
@@ -1172,19 +1160,14 @@ pub fn matmul_split_bf16(
     bias: Option<(&Slice, &[usize])>,
     scratch: [&Slice; 4],
 ) -> Result<(), VulkanError> {
-    let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
     let Some(bytes) = split_scratch(g) else {
+        MatmulPlan::new(g, bias.map(|(_, s)| s))?;
         return Err(invalid(format!(
             "the split bf16 GEMM takes an even k and operands of fewer than 2^31 / 6 elements (a {:?}, b {:?})",
             g.a, g.b
         )));
     };
-    check_len("matmul a", a, plan.a_elems)?;
-    check_len("matmul b", b, plan.b_elems)?;
-    check_len("matmul destination", dst, plan.out_elems)?;
-    if let Some((s, _)) = bias {
-        check_len("matmul bias", s, plan.bias_elems)?;
-    }
+    let plan = MatmulPlan::checked(g, dst, a, b, bias)?;
     for (s, want) in scratch.iter().zip(bytes) {
         if s.len != want {
             return Err(invalid(format!(
@@ -1338,6 +1321,24 @@ struct MatmulPlan {
 }
 
 impl MatmulPlan {
+    /// The plan of `g`, with the operands' and destination's lengths checked against it.
+    fn checked(
+        g: &MatmulShape,
+        dst: &Slice,
+        a: &Slice,
+        b: &Slice,
+        bias: Option<(&Slice, &[usize])>,
+    ) -> Result<MatmulPlan, VulkanError> {
+        let plan = MatmulPlan::new(g, bias.map(|(_, s)| s))?;
+        check_len("matmul a", a, plan.a_elems)?;
+        check_len("matmul b", b, plan.b_elems)?;
+        check_len("matmul destination", dst, plan.out_elems)?;
+        if let Some((s, _)) = bias {
+            check_len("matmul bias", s, plan.bias_elems)?;
+        }
+        Ok(plan)
+    }
+
     /// Output tiles of `bm` x `bn` over every batch: one workgroup each.
     fn tiles(&self, bm: impl Into<u64>, bn: impl Into<u64>) -> u64 {
         u64::from(self.batches)
