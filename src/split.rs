@@ -239,10 +239,8 @@ impl SplitSession {
             let Some(t) = t else {
                 let p = self.program.verified().program();
                 let decl = p.tensors.iter().find(|d| &d.name == name && d.kind == TensorKind::Input);
-                let declared = decl.map(|d| format!("{}{}", d.dtype, shape_text(&d.shape, &p.syms)));
-                let missing =
-                    PlanError::MissingInput { name: name.clone(), declared: declared.unwrap_or_default() };
-                return Err(VmError::from(missing).into());
+                let decl = decl.expect("the bound inputs are the program's declared inputs");
+                return Err(VmError::from(PlanError::missing_input(decl, &p.syms)).into());
             };
             bound.push((name.as_str(), t));
         }
@@ -253,54 +251,57 @@ impl SplitSession {
                 t.shape[0], bound[0].0
             )));
         }
-        let mut shares = self.shares(rows);
-        if rows == 0 {
-            shares[0] = 0;
-        }
+        let shares = self.shares(rows);
         let starts: Vec<usize> =
             shares.iter().scan(0, |at, &n| Some(std::mem::replace(at, *at + n))).collect();
-        let results: Vec<Result<Duration>> = std::thread::scope(|scope| {
+        // The devices with rows; an empty batch still runs once, on the first.
+        let ran: Vec<bool> = (0..self.parts.len()).map(|i| shares[i] > 0 || (rows == 0 && i == 0)).collect();
+        let results: Vec<Option<Result<Duration>>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .parts
                 .iter_mut()
-                .zip(starts.iter().zip(&shares))
                 .enumerate()
-                .filter(|&(i, (_, (_, &n)))| n > 0 || (rows == 0 && i == 0))
-                .map(|(_, (part, (&start, &n)))| {
-                    let bound = &bound;
-                    scope.spawn(move || {
-                        let began = Instant::now();
-                        for (name, t) in bound {
-                            part.session.set_input(name, rows_of(t, start, n))?;
-                        }
-                        part.session.run()?;
-                        Ok(began.elapsed())
+                .map(|(i, part)| {
+                    let (bound, start, n) = (&bound, starts[i], shares[i]);
+                    ran[i].then(|| {
+                        scope.spawn(move || {
+                            let began = Instant::now();
+                            for (name, t) in bound {
+                                part.session.set_input(name, rows_of(t, start, n))?;
+                            }
+                            part.session.run()?;
+                            Ok(began.elapsed())
+                        })
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+            let join = |h: std::thread::ScopedJoinHandle<'_, Result<Duration>>| {
+                h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+            };
+            handles.into_iter().map(|h| h.map(join)).collect()
         });
-        let ran: Vec<usize> =
-            (0..self.parts.len()).filter(|&i| shares[i] > 0 || (rows == 0 && i == 0)).collect();
         let mut stats = Vec::with_capacity(self.parts.len());
-        for (&i, result) in ran.iter().zip(results) {
-            let part = &mut self.parts[i];
-            let elapsed =
-                result.map_err(|e| Error::OnDevice { place: part.place.name(), source: Box::new(e) })?;
+        for (i, (part, result)) in self.parts.iter_mut().zip(results).enumerate() {
+            let elapsed = match result {
+                None => Duration::ZERO,
+                Some(r) => {
+                    r.map_err(|e| Error::OnDevice { place: part.place.name(), source: Box::new(e) })?
+                }
+            };
             if shares[i] > 0 {
                 part.speed = Some(shares[i] as f64 / elapsed.as_secs_f64().max(1e-9));
             }
             stats.push(PartStats { place: part.place, rows: shares[i], elapsed });
         }
-        for (i, part) in self.parts.iter().enumerate() {
-            if !ran.contains(&i) {
-                stats.insert(i, PartStats { place: part.place, rows: 0, elapsed: Duration::ZERO });
-            }
-        }
         let decls = &self.program.verified().program().outputs;
         for decl in decls {
-            let pieces: Vec<&HostTensor> =
-                ran.iter().map(|&i| self.parts[i].session.output(&decl.name)).collect::<Result<_>>()?;
+            let pieces: Vec<&HostTensor> = self
+                .parts
+                .iter()
+                .zip(&ran)
+                .filter(|(_, &r)| r)
+                .map(|(p, _)| p.session.output(&decl.name))
+                .collect::<Result<_>>()?;
             self.outputs.push((decl.name.clone(), join_rows(&pieces)));
         }
         self.last = stats.clone();

@@ -70,6 +70,14 @@ pub enum PlanError {
     Conflict { name: String, sym: String, value: u64, axis: usize, first: String, first_value: u64 },
 }
 
+impl PlanError {
+    /// Input `t` (a declared input of a program with symbols `syms`) was not given.
+    pub fn missing_input(t: &crate::format::TensorDecl, syms: &[String]) -> PlanError {
+        let declared = format!("{}{}", t.dtype, crate::isa::shape_text(&t.shape, syms));
+        PlanError::MissingInput { name: t.name.clone(), declared }
+    }
+}
+
 /// A shape with its symbols replaced by their values.
 pub(crate) fn concrete_shape(p: &Program, shape: &[Dim], dims: &[u64]) -> Result<Vec<u64>, PlanError> {
     check_dims(p, dims)?;
@@ -228,7 +236,7 @@ impl VerifiedProgram {
         for (t, g) in declared.iter().zip(&given) {
             let declared_text = format!("{}{}", t.dtype, crate::isa::shape_text(&t.shape, &p.syms));
             let Some(g) = g else {
-                return Err(PlanError::MissingInput { name: t.name.clone(), declared: declared_text });
+                return Err(PlanError::missing_input(t, &p.syms));
             };
             if g.len() != t.shape.len() {
                 return Err(PlanError::WrongRank {
