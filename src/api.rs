@@ -87,7 +87,10 @@ pub enum Error {
     /// A program whose batch cannot be split over devices (see [`crate::split`]).
     #[error("cannot split this program's batch over devices: {0}")]
     NotSplittable(String),
-    /// What failed on one device of a split session.
+    /// A program that cannot be cut into stages where asked (see [`crate::pipeline`]).
+    #[error("cannot cut this program into stages: {0}")]
+    Pipeline(String),
+    /// What failed on one device of a split session or one stage of a pipeline.
     #[error("on {place}: {source}")]
     OnDevice { place: String, source: Box<Error> },
     /// Tensor data whose byte count does not match its dtype and shape.

@@ -24,6 +24,7 @@ pub mod npy;
 pub mod numerics;
 pub mod onnx;
 pub mod output;
+pub mod pipeline;
 pub mod profile;
 pub mod rand;
 pub mod split;

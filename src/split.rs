@@ -155,23 +155,7 @@ impl SplitSession {
         let cpu_threads = config.threads.or(Some((cores.saturating_sub(gpus).max(1) / cpus.max(1)).max(1)));
         let mut parts = Vec::with_capacity(places.len());
         for &place in places {
-            let config = Config {
-                backend: match place {
-                    Place::Cpu => Backend::Cpu,
-                    Place::Gpu(_) => Backend::Vulkan,
-                },
-                vulkan_device: match place {
-                    Place::Cpu => None,
-                    Place::Gpu(n) => Some(n),
-                },
-                tier: None,
-                threads: match place {
-                    Place::Cpu => cpu_threads,
-                    Place::Gpu(_) => config.threads,
-                },
-                ..config.clone()
-            };
-            let session = Session::new(&program, &config)
+            let session = Session::new(&program, &place_config(place, config, cpu_threads))
                 .map_err(|e| Error::OnDevice { place: place.name(), source: Box::new(e) })?;
             parts.push(Part { place, session, speed: None });
         }
@@ -329,6 +313,28 @@ impl SplitSession {
     /// Each device's rows and time in the last run, in the order the devices were given.
     pub fn last_split(&self) -> &[PartStats] {
         &self.last
+    }
+}
+
+/// `config` for a session on `place`: its executor and device, `cpu_threads` threads on the CPU
+/// (a GPU session keeps `config.threads`), and the tier of the program as given (the caller
+/// applies any override once, to the program).
+pub(crate) fn place_config(place: Place, config: &Config, cpu_threads: Option<usize>) -> Config {
+    Config {
+        backend: match place {
+            Place::Cpu => Backend::Cpu,
+            Place::Gpu(_) => Backend::Vulkan,
+        },
+        vulkan_device: match place {
+            Place::Cpu => None,
+            Place::Gpu(n) => Some(n),
+        },
+        tier: None,
+        threads: match place {
+            Place::Cpu => cpu_threads,
+            Place::Gpu(_) => config.threads,
+        },
+        ..config.clone()
     }
 }
 

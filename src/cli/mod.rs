@@ -165,6 +165,15 @@ struct RunArgs {
     /// device's speed, and the outputs joined. Strict-tier outputs are the bits of one device's run.
     #[arg(long, value_name = "LIST", conflicts_with_all = ["backend", "profile", "profile_json", "record"])]
     devices: Option<String>,
+    /// Cut the program into stages run one after the other, one per device listed, e.g.
+    /// `gpu0,gpu1` or `gpu0,cpu`: each device holds only its stage's constants, and the tensors
+    /// live at a cut travel through host memory. Strict-tier outputs are the bits of one run.
+    #[arg(long, value_name = "LIST", conflicts_with_all = ["backend", "profile", "profile_json", "record", "devices"])]
+    pipeline: Option<String>,
+    /// With --pipeline: cut before these instruction indices (one fewer than devices), instead
+    /// of where the constants' bytes balance.
+    #[arg(long, value_name = "N,N", value_delimiter = ',', requires = "pipeline")]
+    cuts: Vec<usize>,
     #[command(flatten)]
     source: SourceArgs,
 }

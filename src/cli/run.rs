@@ -51,6 +51,9 @@ pub fn cmd_run(a: RunArgs) -> Result<()> {
     if let Some(devices) = &a.devices {
         return run_split(&a, &loaded, &adeadvm::split::Place::parse_list(devices)?, &config);
     }
+    if let Some(list) = &a.pipeline {
+        return run_pipeline(&a, &loaded, &adeadvm::split::Place::parse_list(list)?, &config);
+    }
     let mut vm = api::Session::new(&loaded, &config)?;
     let mut recorded_inputs = Vec::new();
     for (name, path) in &a.inputs {
@@ -175,6 +178,55 @@ fn run_split(
         eprintln!("{}: {} rows in {:.3} ms", part.place.name(), part.rows, part.elapsed.as_secs_f64() * 1e3);
     }
     Ok(())
+}
+
+/// `adeadvm run --pipeline`: the program cut into stages over several executors (see
+/// [`adeadvm::pipeline`]).
+fn run_pipeline(
+    a: &RunArgs,
+    program: &api::Program,
+    places: &[adeadvm::split::Place],
+    config: &api::Config,
+) -> Result<()> {
+    use adeadvm::pipeline::PipelineSession;
+    let mut pipeline = if a.cuts.is_empty() {
+        PipelineSession::new(program, places, config)?
+    } else {
+        PipelineSession::with_cuts(program, places, &a.cuts, config)?
+    };
+    for (name, path) in &a.inputs {
+        let tensor = read_input(a, program, name, path)?;
+        pipeline.set_input(name, tensor).with_context(|| format!("--input {name}={}", path.display()))?;
+    }
+    let stats = pipeline.run()?;
+    stage_outputs(a, &pipeline.outputs())?.commit().context("cannot put the results in place")?;
+    print_summaries(a, &pipeline.outputs());
+    for (s, (part, (_, stage))) in stats.iter().zip(pipeline.stages()).enumerate() {
+        eprintln!(
+            "stage {}: {} ran instructions {}..{} ({} of constants) in {:.3} ms{}",
+            s + 1,
+            part.place.name(),
+            part.range.start,
+            part.range.end,
+            short_bytes(stage.const_bytes),
+            part.elapsed.as_secs_f64() * 1e3,
+            if stage.carried_out.is_empty() {
+                String::new()
+            } else {
+                format!(", handing on {} ({})", short_bytes(part.carried_bytes), stage.carried_out.join(", "))
+            }
+        );
+    }
+    if places.len() > stats.len() {
+        eprintln!("(the program has places for {} stages only)", stats.len());
+    }
+    Ok(())
+}
+
+/// `1.50 MiB`: [`adeadvm::verify::bytes_text`] without the exact count.
+fn short_bytes(n: u64) -> String {
+    let text = adeadvm::verify::bytes_text(n);
+    text.split(" (").next().unwrap_or(&text).to_string()
 }
 
 /// One line per output: name, dtype and shape, digest, and the first values.

@@ -190,7 +190,7 @@ fn status_of(e: &api::Error) -> AdeadvmStatus {
         E::UnknownOutput { .. } => S::UnknownName,
         E::NotWritten(_) | E::LastRunFailed { .. } => S::NotWritten,
         E::TensorSize { .. } => S::InvalidArgument,
-        E::Devices(_) | E::NotSplittable(_) => S::InvalidArgument,
+        E::Devices(_) | E::NotSplittable(_) | E::Pipeline(_) => S::InvalidArgument,
         E::OnDevice { source, .. } => status_of(source),
     }
 }
