@@ -82,6 +82,11 @@ typedef struct AdeadvmConfig {
   // over those executors along every input's first axis and the outputs joined (strict
   // tier: the same bits as one device's run); `backend` is then ignored.
   const char *devices;
+  // NULL: no pipeline. Else a list such as "gpu0,gpu1" or "gpu0,cpu": the program is cut
+  // into stages run one after the other, one per device, where its constants' bytes balance
+  // (each device holds its stage's constants only; strict tier: one device's bits);
+  // `backend` is then ignored, and `devices` must be NULL.
+  const char *pipeline;
 } AdeadvmConfig;
 
 #ifdef __cplusplus

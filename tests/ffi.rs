@@ -571,51 +571,62 @@ int main(int argc, char **argv) {
     assert!(stdout.trim_end().ends_with("more than the device memory budget of 65536 bytes"), "{stdout}");
 }
 
-/// `AdeadvmConfig.devices` splits a session's batch over several executors: the joined output is
-/// one session's bits; a bad list is ADEADVM_STATUS_INVALID_ARGUMENT with the list's error.
+/// `AdeadvmConfig.devices` splits a session's batch over several executors, `pipeline` cuts its
+/// program into stages over them: the output is one session's bits; a bad list is
+/// ADEADVM_STATUS_INVALID_ARGUMENT with the list's error.
 #[test]
 fn the_c_config_splits_the_batch_over_devices() {
     let x: Vec<f32> = (0..5 * 784).map(|i| ((i * 37) % 101) as f32 / 101.0 - 0.5).collect();
-    let output_of = |devices: Option<&[u8]>| -> Result<Vec<u8>, (AdeadvmStatus, String)> {
-        let prog = load_mlp();
-        // SAFETY: a live program, valid pointers and sizes throughout.
-        unsafe {
-            let mut cfg = std::mem::zeroed::<AdeadvmConfig>();
-            assert_eq!(adeadvm_config_default(&mut cfg), AdeadvmStatus::Ok);
-            assert!(cfg.devices.is_null(), "the default is one session");
-            if let Some(d) = devices {
-                cfg.devices = d.as_ptr().cast();
+    let output_of =
+        |devices: Option<&[u8]>, pipeline: Option<&[u8]>| -> Result<Vec<u8>, (AdeadvmStatus, String)> {
+            let prog = load_mlp();
+            // SAFETY: a live program, valid pointers and sizes throughout.
+            unsafe {
+                let mut cfg = std::mem::zeroed::<AdeadvmConfig>();
+                assert_eq!(adeadvm_config_default(&mut cfg), AdeadvmStatus::Ok);
+                assert!(cfg.devices.is_null(), "the default is one session");
+                assert!(cfg.pipeline.is_null(), "the default is one session");
+                if let Some(d) = devices {
+                    cfg.devices = d.as_ptr().cast();
+                }
+                if let Some(p) = pipeline {
+                    cfg.pipeline = p.as_ptr().cast();
+                }
+                let mut s = null_mut();
+                let st = adeadvm_session_new(prog, &cfg, &mut s);
+                adeadvm_program_free(prog);
+                if st != AdeadvmStatus::Ok {
+                    return Err((st, last_error()));
+                }
+                set_mlp_x(s, &x);
+                assert_eq!(adeadvm_session_run(s), AdeadvmStatus::Ok, "{}", last_error());
+                let (mut dtype, mut rank, mut data, mut nbytes) = (0u32, 0usize, std::ptr::null(), 0usize);
+                let mut out_shape = [0usize; 2];
+                let st = adeadvm_session_output(
+                    s,
+                    c"y".as_ptr(),
+                    &mut dtype,
+                    out_shape.as_mut_ptr(),
+                    2,
+                    &mut rank,
+                    &mut data,
+                    &mut nbytes,
+                );
+                assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
+                assert_eq!(out_shape, [5, 10]);
+                let bytes = std::slice::from_raw_parts(data.cast::<u8>(), nbytes).to_vec();
+                adeadvm_session_free(s);
+                Ok(bytes)
             }
-            let mut s = null_mut();
-            let st = adeadvm_session_new(prog, &cfg, &mut s);
-            adeadvm_program_free(prog);
-            if st != AdeadvmStatus::Ok {
-                return Err((st, last_error()));
-            }
-            set_mlp_x(s, &x);
-            assert_eq!(adeadvm_session_run(s), AdeadvmStatus::Ok, "{}", last_error());
-            let (mut dtype, mut rank, mut data, mut nbytes) = (0u32, 0usize, std::ptr::null(), 0usize);
-            let mut out_shape = [0usize; 2];
-            let st = adeadvm_session_output(
-                s,
-                c"y".as_ptr(),
-                &mut dtype,
-                out_shape.as_mut_ptr(),
-                2,
-                &mut rank,
-                &mut data,
-                &mut nbytes,
-            );
-            assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
-            assert_eq!(out_shape, [5, 10]);
-            let bytes = std::slice::from_raw_parts(data.cast::<u8>(), nbytes).to_vec();
-            adeadvm_session_free(s);
-            Ok(bytes)
-        }
-    };
-    let one = output_of(None).unwrap();
-    assert_eq!(output_of(Some(&c("cpu,cpu"))).unwrap(), one);
-    let (st, err) = output_of(Some(&c("cpu,gpu"))).unwrap_err();
+        };
+    let one = output_of(None, None).unwrap();
+    assert_eq!(output_of(Some(&c("cpu,cpu")), None).unwrap(), one);
+    let (st, err) = output_of(Some(&c("cpu,gpu")), None).unwrap_err();
     assert_eq!(st, AdeadvmStatus::InvalidArgument);
     assert_eq!(err, "devices `cpu,gpu`: `gpu` is not `cpu` or `gpuN` (N a Vulkan device index)");
+    // `pipeline` cuts the program into stages instead.
+    assert_eq!(output_of(None, Some(&c("cpu,cpu"))).unwrap(), one);
+    let (st, err) = output_of(Some(&c("cpu")), Some(&c("cpu,cpu"))).unwrap_err();
+    assert_eq!(st, AdeadvmStatus::InvalidArgument);
+    assert_eq!(err, "config.devices and config.pipeline cannot both be set");
 }

@@ -49,6 +49,7 @@ class _Config(ctypes.Structure):
         ("max_steps", ctypes.c_uint64),
         ("max_device_memory", ctypes.c_uint64),
         ("devices", ctypes.c_char_p),
+        ("pipeline", ctypes.c_char_p),
     ]
 
 
@@ -206,6 +207,7 @@ class VM:
         max_steps=None,
         max_device_memory=None,
         devices=None,
+        pipeline=None,
     ):
         if tier not in _TIERS:
             raise Error("unknown tier `%s`" % tier)
@@ -220,6 +222,7 @@ class VM:
             max_steps=max_steps,
             max_device_memory=max_device_memory,
             devices=devices,
+            pipeline=pipeline,
         )
         cfg = _Config()
         _check(lib.adeadvm_config_default(ctypes.byref(cfg)))
@@ -234,6 +237,10 @@ class VM:
         # cut along its first axis, the outputs joined; strict tier: one device's bits).
         self._devices = None if devices is None else devices.encode()
         cfg.devices = self._devices
+        # A list such as "gpu0,gpu1": the program is cut into stages, one per device, run one
+        # after the other (each device holds its stage's constants; strict tier: one run's bits).
+        self._pipeline = None if pipeline is None else pipeline.encode()
+        cfg.pipeline = self._pipeline
         self._session = ctypes.c_void_p()
         _check(lib.adeadvm_session_new(program.handle, ctypes.byref(cfg), ctypes.byref(self._session)))
         self._lock = threading.Lock()
@@ -418,6 +425,8 @@ def load(path, **settings):
     bytes; max_steps: instructions per run; max_device_memory: bytes of device memory a run may
     need (None: the device's memory); devices: None, or a list such as "gpu0,gpu1,cpu" to split
     each run's batch over those executors (`backend` is then ignored; strict-tier outputs are
-    one device's bits).
+    one device's bits); pipeline: None, or a list such as "gpu0,gpu1" to cut the program into
+    stages run one after the other, one per device, each holding only its stage's constants
+    (`backend` is then ignored; strict-tier outputs are one device's bits).
     """
     return VM(_Program(path), **settings)

@@ -154,6 +154,27 @@ def test_devices_split_the_batch_with_the_single_run_bits():
     assert e.value.status == 2  # ADEADVM_STATUS_INVALID_ARGUMENT
 
 
+def test_a_pipeline_over_stages_gives_the_single_run_bits():
+    """pipeline= reaches the C config: the program is cut into stages, one per listed executor,
+    and the output is one run's bits (stages on the CPU and, where there is one, Vulkan device 0)."""
+    x = np.load(X)
+    want = adeadvm.load(str(MLP), backend="cpu").run(x=x)["y"]
+    assert adeadvm.load(str(MLP), pipeline="cpu,cpu").run(x=x)["y"].tobytes() == want.tobytes()
+    try:
+        adeadvm.load(str(MLP), backend="vulkan")
+        has_vulkan = True
+    except adeadvm.Error:
+        if os.environ.get("ADEADVM_REQUIRE_VULKAN") == "1":
+            raise
+        has_vulkan = False
+    if has_vulkan:
+        got = adeadvm.load(str(MLP), pipeline="gpu0,cpu").run(x=x)["y"]
+        assert got.tobytes() == want.tobytes()
+    with pytest.raises(adeadvm.Error, match="cannot both be set") as e:
+        adeadvm.load(str(MLP), devices="cpu", pipeline="cpu,cpu")
+    assert e.value.status == 2
+
+
 def test_sessions_on_threads_agree():
     vm = adeadvm.load(str(MLP))
     x = np.load(X)

@@ -17,6 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::api::{self, Backend, Config, Program, Session, TensorView};
 use crate::isa::{DType, Tier};
+use crate::pipeline::PipelineSession;
 use crate::split::{Place, SplitSession};
 use crate::verify::PlanError;
 use crate::vm::VmError;
@@ -99,6 +100,11 @@ pub struct AdeadvmConfig {
     /// over those executors along every input's first axis and the outputs joined (strict
     /// tier: the same bits as one device's run); `backend` is then ignored.
     pub devices: *const c_char,
+    /// NULL: no pipeline. Else a list such as "gpu0,gpu1" or "gpu0,cpu": the program is cut
+    /// into stages run one after the other, one per device, where its constants' bytes balance
+    /// (each device holds its stage's constants only; strict tier: one device's bits);
+    /// `backend` is then ignored, and `devices` must be NULL.
+    pub pipeline: *const c_char,
 }
 
 /// A loaded, verified program (opaque).
@@ -118,6 +124,7 @@ pub struct AdeadvmSession {
 enum Sessions {
     One(Box<Session>),
     Split(SplitSession),
+    Pipeline(PipelineSession),
 }
 
 impl Sessions {
@@ -125,18 +132,21 @@ impl Sessions {
         match self {
             Sessions::One(s) => s.set_input(name, tensor),
             Sessions::Split(s) => s.set_input(name, tensor),
+            Sessions::Pipeline(s) => s.set_input(name, tensor),
         }
     }
     fn run(&mut self) -> api::Result<()> {
         match self {
             Sessions::One(s) => s.run().map(drop),
             Sessions::Split(s) => s.run().map(drop),
+            Sessions::Pipeline(s) => s.run().map(drop),
         }
     }
     fn output(&self, name: &str) -> api::Result<&crate::vm::HostTensor> {
         match self {
             Sessions::One(s) => s.output(name),
             Sessions::Split(s) => s.output(name),
+            Sessions::Pipeline(s) => s.output(name),
         }
     }
 }
@@ -612,6 +622,7 @@ pub unsafe extern "C" fn adeadvm_config_default(config: *mut AdeadvmConfig) -> A
             max_steps: 0,
             max_device_memory: 0,
             devices: std::ptr::null(),
+            pipeline: std::ptr::null(),
         };
         // SAFETY: forwarded caller contract.
         unsafe { put(config, c, "config") }
@@ -636,12 +647,16 @@ pub unsafe extern "C" fn adeadvm_session_new(
             return Err(Failure::null("out"));
         }
         let mut cfg = Config::default();
-        let mut devices = None;
+        let (mut devices, mut pipeline) = (None, None);
         // SAFETY: forwarded caller contract (NULL allowed).
         if let Some(c) = unsafe { config.as_ref() } {
             if !c.devices.is_null() {
                 // SAFETY: non-null, the caller promises a NUL-terminated string.
                 devices = Some(Place::parse_list(unsafe { str_arg(c.devices, "config.devices") }?)?);
+            }
+            if !c.pipeline.is_null() {
+                // SAFETY: non-null, the caller promises a NUL-terminated string.
+                pipeline = Some(Place::parse_list(unsafe { str_arg(c.pipeline, "config.pipeline") }?)?);
             }
             if !c.backend.is_null() {
                 // SAFETY: non-null, the caller promises a NUL-terminated string.
@@ -662,9 +677,13 @@ pub unsafe extern "C" fn adeadvm_session_new(
             cfg.max_steps = (c.max_steps != 0).then_some(c.max_steps);
             cfg.max_device_memory = (c.max_device_memory != 0).then_some(c.max_device_memory);
         }
-        let session = match devices {
-            None => Sessions::One(Box::new(Session::new(&p.program, &cfg)?)),
-            Some(places) => Sessions::Split(SplitSession::new(&p.program, &places, &cfg)?),
+        let session = match (devices, pipeline) {
+            (None, None) => Sessions::One(Box::new(Session::new(&p.program, &cfg)?)),
+            (Some(places), None) => Sessions::Split(SplitSession::new(&p.program, &places, &cfg)?),
+            (None, Some(places)) => Sessions::Pipeline(PipelineSession::new(&p.program, &places, &cfg)?),
+            (Some(_), Some(_)) => {
+                return Err(Failure::invalid("config.devices and config.pipeline cannot both be set".into()))
+            }
         };
         // SAFETY: non-null (checked above), writable per the contract.
         unsafe { out.write(Box::into_raw(Box::new(AdeadvmSession { session }))) };
@@ -872,7 +891,7 @@ pub unsafe extern "C" fn adeadvm_session_generate(
         };
         let Sessions::One(session) = &mut s.session else {
             return Err(Failure::invalid(
-                "generation runs on one device: this session splits over several".into(),
+                "generation runs on one device: this session runs over several".into(),
             ));
         };
         let generator = crate::generate::GenerationProgram::new(session.program().clone())?;
