@@ -164,6 +164,14 @@ impl<'a> CutMap<'a> {
                         Insn::Free { t } => {
                             live.remove(&t.0);
                         }
+                        Insn::Kernel { k } => {
+                            let bindings = &self.vp.program().kernels[k.0 as usize].bindings;
+                            for (t, &w) in bindings.iter().zip(&self.vp.kernel(k).written) {
+                                if let Some(written) = live.get_mut(&t.0).filter(|_| w) {
+                                    *written = true;
+                                }
+                            }
+                        }
                         insn => {
                             if let Some(w) = insn.writes().and_then(|t| live.get_mut(&t.0)) {
                                 *w = true;
@@ -289,9 +297,17 @@ pub fn cut_program(program: &Program, cuts: &[usize]) -> Result<Vec<Stage>> {
         .map(|s| {
             let carry_in = if s == 0 { &none } else { &live[s - 1] };
             let carry_out = live.get(s).unwrap_or(&none);
-            let stage =
-                StageBuilder { vp, names: &names }.build(bounds[s]..bounds[s + 1], carry_in, carry_out);
             let range = bounds[s]..bounds[s + 1];
+            let stage = StageBuilder { vp, names: &names }
+                .build(range.clone(), carry_in, carry_out)
+                .ok_or_else(|| {
+                    Error::Pipeline(format!(
+                    "stage {} (instructions {}..{}) would have more tensors or outputs than a program may",
+                    s + 1,
+                    range.start,
+                    range.end
+                ))
+                })?;
             let program = Program::verify_with(stage, None).map_err(|e| {
                 Error::Pipeline(format!(
                     "stage {} (instructions {}..{}) does not verify: {e}",
@@ -343,8 +359,9 @@ struct StageBuilder<'a> {
 }
 
 impl StageBuilder<'_> {
-    /// The program of instructions `range`, receiving `carry_in` and handing on `carry_out`.
-    fn build(&self, range: Range<usize>, carry_in: &[Live], carry_out: &[Live]) -> format::Program {
+    /// The program of instructions `range`, receiving `carry_in` and handing on `carry_out`;
+    /// None when its tables would outgrow the 16-bit ids.
+    fn build(&self, range: Range<usize>, carry_in: &[Live], carry_out: &[Live]) -> Option<format::Program> {
         let p = self.vp.program();
         let insns = &self.vp.instructions()[range.clone()];
         // The tensors it keeps: every input, those its instructions name, those it carries.
@@ -383,6 +400,10 @@ impl StageBuilder<'_> {
                 id.insert(i as u16, TensorId(tensors.len() as u16));
                 tensors.push(decl.clone());
             }
+        }
+        let carried_outputs = carry_out.iter().filter(|l| l.written).count();
+        if tensors.len() > u16::MAX as usize || p.outputs.len() + carried_outputs > u16::MAX as usize + 1 {
+            return None;
         }
         let kernel_id: HashMap<u16, KernelId> =
             kernels.iter().enumerate().map(|(new, &old)| (old, KernelId(new as u16))).collect();
@@ -466,7 +487,7 @@ impl StageBuilder<'_> {
                 .collect(),
             origins: origins_in(&p.debug.origins, &range, shift),
         };
-        format::Program {
+        Some(format::Program {
             version: p.version,
             tier: p.tier,
             code,
@@ -479,7 +500,7 @@ impl StageBuilder<'_> {
             vocab: Vec::new(),
             data: p.data.clone(),
             digest: [0; 32],
-        }
+        })
     }
 }
 

@@ -119,6 +119,24 @@ fn stages_on_the_cpu_and_a_vulkan_device_give_the_single_run_bits() {
     }
 }
 
+/// A temporary a KERNEL wrote travels to the next stage (KERNEL's writes come from its
+/// dispatch table, not its operands).
+#[test]
+fn a_temporary_written_by_a_kernel_is_carried() {
+    if common::vk::exec().is_none() {
+        return;
+    }
+    let program = Program::load(Path::new(ROOT).join("programs/kernel.s")).unwrap();
+    let x: Vec<f32> = (0..1024).map(|i| i as f32 * 0.75 - 300.0).collect();
+    let want: Vec<f32> = x.iter().map(|v| v * 2.0).collect();
+    for (places, cut) in [([Place::Gpu(0), Place::Cpu], 2), ([Place::Cpu, Place::Gpu(0)], 1)] {
+        let mut s = PipelineSession::with_cuts(&program, &places, &[cut], &Config::default()).unwrap();
+        s.set_input("x", common::f32s(&[1024], &x)).unwrap();
+        s.run().unwrap();
+        assert_eq!(s.output("y").unwrap().to_f32().unwrap(), want, "{places:?}, cut {cut}");
+    }
+}
+
 fn cut_err(src: &str, cuts: &[usize]) -> String {
     let program = Program::from_asm(src, "t.s").unwrap();
     match cut_program(&program, cuts) {
