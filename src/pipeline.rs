@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use crate::api::{Config, Error, IntoHostTensor, Program, Result, Session};
 use crate::format::{self, DebugInfo, OutputDecl, TensorDecl, TensorKind};
 use crate::isa::{Dim, Insn, Instruction, KernelId, Operand, OutputId, Target, TensorId};
-use crate::split::{place_config, Place};
+use crate::split::{batch_rows, check_batch_axis, join_rows, place_config, rows_of, Place};
 use crate::verify::{PlanError, VerifiedProgram};
 use crate::vm::{HostTensor, VmError};
 
@@ -526,7 +526,8 @@ pub struct StageStats {
     pub range: Range<usize>,
     /// Bytes it handed to the next stage (0 for the last).
     pub carried_bytes: u64,
-    /// Its run's time, binding its inputs included.
+    /// Its run's time, binding its inputs included (with micro-batches: the sum over the
+    /// slices, its waits for the stage before left out).
     pub elapsed: Duration,
 }
 
@@ -538,6 +539,14 @@ pub struct PipelineSession {
     inputs: Vec<(String, Option<HostTensor>)>,
     outputs: Vec<(String, HostTensor)>,
     last: Vec<StageStats>,
+    /// Slices of the batch each run is cut into (1: the whole batch at once).
+    micro_batches: usize,
+}
+
+/// Why a stage of a micro-batched run stopped: its own error, or the stage before it stopped.
+enum Stopped {
+    Failed(Error),
+    Upstream,
 }
 
 impl PipelineSession {
@@ -580,7 +589,14 @@ impl PipelineSession {
             .filter(|t| t.kind == TensorKind::Input)
             .map(|t| (t.name.clone(), None))
             .collect();
-        Ok(PipelineSession { program, stages: sessions, inputs, outputs: Vec::new(), last: Vec::new() })
+        Ok(PipelineSession {
+            program,
+            stages: sessions,
+            inputs,
+            outputs: Vec::new(),
+            last: Vec::new(),
+            micro_batches: 1,
+        })
     }
 
     fn tiered(program: &Program, config: &Config) -> Result<Program> {
@@ -613,7 +629,24 @@ impl PipelineSession {
         Ok(())
     }
 
-    /// Runs the stages one after the other over the bound inputs.
+    /// Cuts each run's batch into `n` slices (at most one a row) that flow through the stages
+    /// one after another, so that every stage works at once on a different slice (1: the whole
+    /// batch at once, the default). Needs a program whose inputs and outputs share a symbolic
+    /// first axis, as [`crate::split`] does; in the strict tier the joined outputs are the bits
+    /// of one run over the whole batch.
+    pub fn set_micro_batches(&mut self, n: usize) -> Result<()> {
+        if n == 0 {
+            return Err(Error::Pipeline("micro-batches must be at least 1".into()));
+        }
+        if n > 1 {
+            check_batch_axis(self.program.verified().program())?;
+        }
+        self.micro_batches = n;
+        Ok(())
+    }
+
+    /// Runs the stages over the bound inputs: one after the other, or with micro-batches
+    /// ([`PipelineSession::set_micro_batches`]) all at once on different slices of the batch.
     pub fn run(&mut self) -> Result<Vec<StageStats>> {
         self.outputs.clear();
         let p = self.program.verified().program();
@@ -623,6 +656,9 @@ impl PipelineSession {
                 let decl = decl.expect("the bound inputs are the program's declared inputs");
                 return Err(VmError::from(PlanError::missing_input(decl, &p.syms)).into());
             }
+        }
+        if self.micro_batches > 1 {
+            return self.run_micro_batches();
         }
         let mut stats = Vec::with_capacity(self.stages.len());
         let mut carried: Vec<(String, HostTensor)> = Vec::new();
@@ -654,6 +690,106 @@ impl PipelineSession {
                 self.outputs.push((decl.name.clone(), t.clone()));
             }
         }
+        self.last = stats.clone();
+        Ok(stats)
+    }
+
+    /// [`PipelineSession::run`] with micro-batches: one thread a stage, each running the slices
+    /// in order and handing each slice's carried tensors to the next stage's thread.
+    fn run_micro_batches(&mut self) -> Result<Vec<StageStats>> {
+        let bound: Vec<(&str, &HostTensor)> =
+            self.inputs.iter().filter_map(|(n, t)| Some((n.as_str(), t.as_ref()?))).collect();
+        let rows = batch_rows(&bound)?;
+        let slices = self.micro_batches.min(rows).max(1);
+        let sizes: Vec<usize> = (0..slices).map(|i| rows / slices + usize::from(i < rows % slices)).collect();
+        let starts: Vec<usize> =
+            sizes.iter().scan(0, |at, &n| Some(std::mem::replace(at, *at + n))).collect();
+        type Carried = Vec<(String, HostTensor)>;
+        type StageResult = std::result::Result<(Vec<Carried>, Duration, u64), Stopped>;
+        let results: Vec<StageResult> = std::thread::scope(|scope| {
+            let mut upstream: Option<std::sync::mpsc::Receiver<Carried>> = None;
+            let mut handles = Vec::with_capacity(self.stages.len());
+            let last = self.stages.len() - 1;
+            for (s, (place, stage, session)) in self.stages.iter_mut().enumerate() {
+                let (tx, rx) = std::sync::mpsc::channel::<Carried>();
+                let from = std::mem::replace(&mut upstream, (s < last).then_some(rx));
+                let to = (s < last).then_some(tx);
+                let (bound, sizes, starts) = (&bound, &sizes, &starts);
+                handles.push(scope.spawn(move || -> StageResult {
+                    let failed = |e: Error| {
+                        Stopped::Failed(Error::OnDevice { place: place.name(), source: Box::new(e) })
+                    };
+                    let (mut outs, mut busy, mut handed_bytes) = (Vec::new(), Duration::ZERO, 0u64);
+                    for m in 0..sizes.len() {
+                        let carried = match &from {
+                            Some(rx) => rx.recv().map_err(|_| Stopped::Upstream)?,
+                            None => Vec::new(),
+                        };
+                        let began = Instant::now();
+                        for (name, t) in bound {
+                            session.set_input(name, rows_of(t, starts[m], sizes[m])).map_err(failed)?;
+                        }
+                        for (name, t) in carried {
+                            session.set_input(&name, t).map_err(failed)?;
+                        }
+                        session.run().map_err(failed)?;
+                        let mut handed = Vec::with_capacity(stage.carried_out.len());
+                        for name in &stage.carried_out {
+                            handed.push((name.clone(), session.output(name).map_err(failed)?.clone()));
+                        }
+                        handed_bytes += handed.iter().map(|(_, t)| t.bytes().len() as u64).sum::<u64>();
+                        outs.push(
+                            session
+                                .outputs()
+                                .into_iter()
+                                .filter(|(n, _)| !stage.carried_out.iter().any(|c| c == n))
+                                .map(|(n, t)| (n.to_string(), t.clone()))
+                                .collect(),
+                        );
+                        busy += began.elapsed();
+                        if let Some(tx) = &to {
+                            // The next stage stopped: its own error is the one to report.
+                            if tx.send(handed).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    Ok((outs, busy, handed_bytes))
+                }));
+            }
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        let mut done = Vec::with_capacity(results.len());
+        for r in results {
+            match r {
+                Ok(d) => done.push(d),
+                Err(Stopped::Failed(e)) => return Err(e),
+                Err(Stopped::Upstream) => {}
+            }
+        }
+        // Every stage ran every slice (a stage stops only after one before it or after it failed).
+        let decls = &self.program.verified().program().outputs;
+        for decl in decls {
+            let from = done.iter().rev().find(|(outs, _, _)| outs[0].iter().any(|(n, _)| n == &decl.name));
+            if let Some((outs, _, _)) = from {
+                let pieces: Vec<&HostTensor> = outs
+                    .iter()
+                    .map(|o| &o.iter().find(|(n, _)| n == &decl.name).expect("every slice has it").1)
+                    .collect();
+                self.outputs.push((decl.name.clone(), join_rows(&pieces)));
+            }
+        }
+        let stats: Vec<StageStats> = self
+            .stages
+            .iter()
+            .zip(&done)
+            .map(|((place, stage, _), (_, busy, bytes))| StageStats {
+                place: *place,
+                range: stage.range.clone(),
+                carried_bytes: *bytes,
+                elapsed: *busy,
+            })
+            .collect();
         self.last = stats.clone();
         Ok(stats)
     }

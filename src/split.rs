@@ -117,37 +117,7 @@ impl SplitSession {
             None => program.clone(),
         };
         let p = program.verified().program();
-        let mut axis = None;
-        let inputs = p.tensors.iter().filter(|t| t.kind == TensorKind::Input);
-        let declared = inputs
-            .map(|t| (&t.name, t.dtype, &t.shape))
-            .chain(p.outputs.iter().map(|o| (&o.name, o.dtype, &o.shape)));
-        for (name, dtype, shape) in declared {
-            let first = match shape.first() {
-                Some(&Dim::Sym(s)) => s,
-                _ => {
-                    return Err(Error::NotSplittable(format!(
-                        "`{name}` is declared {dtype}{}: its first axis is not a symbolic dimension",
-                        shape_text(shape, &p.syms)
-                    )))
-                }
-            };
-            match axis {
-                None => axis = Some(first),
-                Some(a) if a != first => {
-                    let sym = |s: crate::isa::SymId| p.syms[s.0 as usize].clone();
-                    return Err(Error::NotSplittable(format!(
-                        "`{name}`'s first axis is {}, but the others' is {}: inputs and outputs must share it",
-                        sym(first),
-                        sym(a)
-                    )));
-                }
-                Some(_) => {}
-            }
-        }
-        if axis.is_none() {
-            return Err(Error::NotSplittable("the program has no inputs or outputs to split".into()));
-        }
+        check_batch_axis(p)?;
         // Unless told, the CPU sessions share the cores a GPU session's recording thread leaves.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let gpus = places.iter().filter(|p| matches!(p, Place::Gpu(_))).count();
@@ -228,13 +198,7 @@ impl SplitSession {
             };
             bound.push((name.as_str(), t));
         }
-        let rows = bound.first().map_or(0, |(_, t)| t.shape[0]);
-        if let Some((name, t)) = bound.iter().find(|(_, t)| t.shape[0] != rows) {
-            return Err(Error::NotSplittable(format!(
-                "input `{name}` has {} rows, `{}` has {rows}: the batch axis must agree",
-                t.shape[0], bound[0].0
-            )));
-        }
+        let rows = batch_rows(&bound)?;
         let shares = self.shares(rows);
         let starts: Vec<usize> =
             shares.iter().scan(0, |at, &n| Some(std::mem::replace(at, *at + n))).collect();
@@ -316,6 +280,54 @@ impl SplitSession {
     }
 }
 
+/// Checks that `p`'s inputs and outputs share one symbolic first axis, the batch a split cuts.
+pub(crate) fn check_batch_axis(p: &crate::format::Program) -> Result<()> {
+    let mut axis = None;
+    let inputs = p.tensors.iter().filter(|t| t.kind == TensorKind::Input);
+    let declared = inputs
+        .map(|t| (&t.name, t.dtype, &t.shape))
+        .chain(p.outputs.iter().map(|o| (&o.name, o.dtype, &o.shape)));
+    for (name, dtype, shape) in declared {
+        let first = match shape.first() {
+            Some(&Dim::Sym(s)) => s,
+            _ => {
+                return Err(Error::NotSplittable(format!(
+                    "`{name}` is declared {dtype}{}: its first axis is not a symbolic dimension",
+                    shape_text(shape, &p.syms)
+                )))
+            }
+        };
+        match axis {
+            None => axis = Some(first),
+            Some(a) if a != first => {
+                let sym = |s: crate::isa::SymId| p.syms[s.0 as usize].clone();
+                return Err(Error::NotSplittable(format!(
+                    "`{name}`'s first axis is {}, but the others' is {}: inputs and outputs must share it",
+                    sym(first),
+                    sym(a)
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if axis.is_none() {
+        return Err(Error::NotSplittable("the program has no inputs or outputs to split".into()));
+    }
+    Ok(())
+}
+
+/// The rows of the bound inputs' batch axis (checked to agree; 0 without inputs).
+pub(crate) fn batch_rows(bound: &[(&str, &HostTensor)]) -> Result<usize> {
+    let rows = bound.first().map_or(0, |(_, t)| t.shape[0]);
+    if let Some((name, t)) = bound.iter().find(|(_, t)| t.shape[0] != rows) {
+        return Err(Error::NotSplittable(format!(
+            "input `{name}` has {} rows, `{}` has {rows}: the batch axis must agree",
+            t.shape[0], bound[0].0
+        )));
+    }
+    Ok(rows)
+}
+
 /// `config` for a session on `place`: its executor and device, `cpu_threads` threads on the CPU
 /// (a GPU session keeps `config.threads`), and the tier of the program as given (the caller
 /// applies any override once, to the program).
@@ -339,7 +351,7 @@ pub(crate) fn place_config(place: Place, config: &Config, cpu_threads: Option<us
 }
 
 /// Rows `start..start + n` of `t` (along its first axis).
-fn rows_of(t: &HostTensor, start: usize, n: usize) -> HostTensor {
+pub(crate) fn rows_of(t: &HostTensor, start: usize, n: usize) -> HostTensor {
     let row_bytes = t.bytes().len() / t.shape[0].max(1);
     let mut shape = t.shape.clone();
     shape[0] = n;
@@ -349,7 +361,7 @@ fn rows_of(t: &HostTensor, start: usize, n: usize) -> HostTensor {
 
 /// The pieces one after the other along the first axis (they agree on dtype and other axes:
 /// one program made them).
-fn join_rows(pieces: &[&HostTensor]) -> HostTensor {
+pub(crate) fn join_rows(pieces: &[&HostTensor]) -> HostTensor {
     let first = pieces[0];
     let mut shape = first.shape.clone();
     shape[0] = pieces.iter().map(|t| t.shape[0]).sum();

@@ -137,6 +137,57 @@ fn a_temporary_written_by_a_kernel_is_carried() {
     }
 }
 
+/// With micro-batches the stages work at once on slices of the batch; the joined outputs are
+/// still one run's bits, whatever the number of slices (more slices than rows: one a row).
+#[test]
+fn micro_batches_flow_through_the_stages_with_the_single_run_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (program, inputs) = minilm(dir.path());
+    let want = single(&program, Backend::Cpu, &inputs);
+    let mut places = vec![vec![Place::Cpu, Place::Cpu, Place::Cpu]];
+    if common::vk::exec().is_some() {
+        places.push(vec![Place::Gpu(0), Place::Cpu]);
+        places.push(vec![Place::Cpu, Place::Gpu(0)]);
+    }
+    for places in places {
+        let cuts = plan_cuts(&program, places.len()).unwrap();
+        let mut s = PipelineSession::with_cuts(&program, &places, &cuts, &Config::default()).unwrap();
+        for n in [2, 3, 5, 1] {
+            s.set_micro_batches(n).unwrap();
+            for (name, t) in &inputs {
+                s.set_input(name, t).unwrap();
+            }
+            let stats = s.run().unwrap();
+            assert_eq!(stats.len(), places.len());
+            assert!(
+                *s.output("embedding").unwrap() == want,
+                "{places:?}, {n} micro-batches: differs from one run"
+            );
+        }
+    }
+    // A stage that fails stops the others, and its error is the one reported.
+    let mut s = PipelineSession::new(&program, &[Place::Cpu, Place::Cpu], &Config::default()).unwrap();
+    s.set_micro_batches(3).unwrap();
+    let bad_ids = common::i32s(&[3, 5], &[99; 15]);
+    s.set_input("input_ids", &bad_ids).unwrap();
+    s.set_input("attention_mask", &inputs[1].1).unwrap();
+    let err = s.run().unwrap_err().to_string();
+    assert!(err.starts_with("on cpu: ") && err.contains("99"), "{err}");
+    // Micro-batches need a batch axis.
+    let fixed =
+        Program::from_asm(".input %x f32[4]\n.output y f32[4]\n    STORE y, %x\n    NOP\n    HALT\n", "t.s")
+            .unwrap();
+    let mut s = PipelineSession::with_cuts(&fixed, &[Place::Cpu; 2], &[1], &Config::default()).unwrap();
+    assert_eq!(
+        s.set_micro_batches(2).unwrap_err().to_string(),
+        "cannot split this program's batch over devices: `x` is declared f32[4]: its first axis is not a symbolic dimension"
+    );
+    assert_eq!(
+        s.set_micro_batches(0).unwrap_err().to_string(),
+        "cannot cut this program into stages: micro-batches must be at least 1"
+    );
+}
+
 fn cut_err(src: &str, cuts: &[usize]) -> String {
     let program = Program::from_asm(src, "t.s").unwrap();
     match cut_program(&program, cuts) {

@@ -174,6 +174,10 @@ struct RunArgs {
     /// of where the constants' bytes balance.
     #[arg(long, value_name = "N,N", value_delimiter = ',', requires = "pipeline")]
     cuts: Vec<usize>,
+    /// With --pipeline: cut the batch (the first axis every input and output shares) into N
+    /// slices that flow through the stages one after another, every stage busy at once.
+    #[arg(long, value_name = "N", requires = "pipeline")]
+    micro_batches: Option<usize>,
     #[command(flatten)]
     source: SourceArgs,
 }

@@ -194,11 +194,16 @@ fn run_pipeline(
     } else {
         PipelineSession::with_cuts(program, places, &a.cuts, config)?
     };
+    if let Some(n) = a.micro_batches {
+        pipeline.set_micro_batches(n)?;
+    }
     for (name, path) in &a.inputs {
         let tensor = read_input(a, program, name, path)?;
         pipeline.set_input(name, tensor).with_context(|| format!("--input {name}={}", path.display()))?;
     }
+    let began = std::time::Instant::now();
     let stats = pipeline.run()?;
+    let wall = began.elapsed();
     stage_outputs(a, &pipeline.outputs())?.commit().context("cannot put the results in place")?;
     print_summaries(a, &pipeline.outputs());
     for (s, (part, (_, stage))) in stats.iter().zip(pipeline.stages()).enumerate() {
@@ -219,6 +224,9 @@ fn run_pipeline(
     }
     if places.len() > stats.len() {
         eprintln!("(the program has places for {} stages only)", stats.len());
+    }
+    if a.micro_batches.is_some_and(|n| n > 1) {
+        eprintln!("{:.3} ms in all, the stages working at once", wall.as_secs_f64() * 1e3);
     }
     Ok(())
 }
