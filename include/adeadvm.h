@@ -87,6 +87,10 @@ typedef struct AdeadvmConfig {
   // (each device holds its stage's constants only; strict tier: one device's bits);
   // `backend` is then ignored, and `devices` must be NULL.
   const char *pipeline;
+  // With `pipeline`: slices each run's batch is cut into, flowing through the stages so that
+  // every stage works at once (the batch is the first axis every input and output shares);
+  // 0 or 1: the whole batch at once.
+  uint32_t micro_batches;
 } AdeadvmConfig;
 
 #ifdef __cplusplus

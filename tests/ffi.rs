@@ -626,6 +626,36 @@ fn the_c_config_splits_the_batch_over_devices() {
     assert_eq!(err, "devices `cpu,gpu`: `gpu` is not `cpu` or `gpuN` (N a Vulkan device index)");
     // `pipeline` cuts the program into stages instead.
     assert_eq!(output_of(None, Some(&c("cpu,cpu"))).unwrap(), one);
+    // SAFETY: as above; micro-batches on a pipeline of three CPU stages.
+    unsafe {
+        let prog = load_mlp();
+        let mut cfg = std::mem::zeroed::<AdeadvmConfig>();
+        assert_eq!(adeadvm_config_default(&mut cfg), AdeadvmStatus::Ok);
+        assert_eq!(cfg.micro_batches, 0, "the default is the whole batch at once");
+        let list = c("cpu,cpu,cpu");
+        cfg.pipeline = list.as_ptr().cast();
+        cfg.micro_batches = 5;
+        let mut s = null_mut();
+        assert_eq!(adeadvm_session_new(prog, &cfg, &mut s), AdeadvmStatus::Ok, "{}", last_error());
+        adeadvm_program_free(prog);
+        set_mlp_x(s, &x);
+        assert_eq!(adeadvm_session_run(s), AdeadvmStatus::Ok, "{}", last_error());
+        let (mut dtype, mut rank, mut data, mut nbytes) = (0u32, 0usize, std::ptr::null(), 0usize);
+        let mut out_shape = [0usize; 2];
+        let st = adeadvm_session_output(
+            s,
+            c"y".as_ptr(),
+            &mut dtype,
+            out_shape.as_mut_ptr(),
+            2,
+            &mut rank,
+            &mut data,
+            &mut nbytes,
+        );
+        assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
+        assert_eq!(std::slice::from_raw_parts(data.cast::<u8>(), nbytes), &one[..]);
+        adeadvm_session_free(s);
+    }
     let (st, err) = output_of(Some(&c("cpu")), Some(&c("cpu,cpu"))).unwrap_err();
     assert_eq!(st, AdeadvmStatus::InvalidArgument);
     assert_eq!(err, "config.devices and config.pipeline cannot both be set");

@@ -50,6 +50,7 @@ class _Config(ctypes.Structure):
         ("max_device_memory", ctypes.c_uint64),
         ("devices", ctypes.c_char_p),
         ("pipeline", ctypes.c_char_p),
+        ("micro_batches", ctypes.c_uint32),
     ]
 
 
@@ -208,6 +209,7 @@ class VM:
         max_device_memory=None,
         devices=None,
         pipeline=None,
+        micro_batches=None,
     ):
         if tier not in _TIERS:
             raise Error("unknown tier `%s`" % tier)
@@ -223,6 +225,7 @@ class VM:
             max_device_memory=max_device_memory,
             devices=devices,
             pipeline=pipeline,
+            micro_batches=micro_batches,
         )
         cfg = _Config()
         _check(lib.adeadvm_config_default(ctypes.byref(cfg)))
@@ -241,6 +244,7 @@ class VM:
         # after the other (each device holds its stage's constants; strict tier: one run's bits).
         self._pipeline = None if pipeline is None else pipeline.encode()
         cfg.pipeline = self._pipeline
+        cfg.micro_batches = micro_batches or 0
         self._session = ctypes.c_void_p()
         _check(lib.adeadvm_session_new(program.handle, ctypes.byref(cfg), ctypes.byref(self._session)))
         self._lock = threading.Lock()
@@ -427,6 +431,7 @@ def load(path, **settings):
     each run's batch over those executors (`backend` is then ignored; strict-tier outputs are
     one device's bits); pipeline: None, or a list such as "gpu0,gpu1" to cut the program into
     stages run one after the other, one per device, each holding only its stage's constants
-    (`backend` is then ignored; strict-tier outputs are one device's bits).
+    (`backend` is then ignored; strict-tier outputs are one device's bits); micro_batches: with
+    pipeline, slices each run's batch flows through the stages in, every stage busy at once.
     """
     return VM(_Program(path), **settings)

@@ -160,6 +160,8 @@ def test_a_pipeline_over_stages_gives_the_single_run_bits():
     x = np.load(X)
     want = adeadvm.load(str(MLP), backend="cpu").run(x=x)["y"]
     assert adeadvm.load(str(MLP), pipeline="cpu,cpu").run(x=x)["y"].tobytes() == want.tobytes()
+    vm = adeadvm.load(str(MLP), pipeline="cpu,cpu", micro_batches=3)
+    assert vm.run(x=x)["y"].tobytes() == want.tobytes()
     try:
         adeadvm.load(str(MLP), backend="vulkan")
         has_vulkan = True

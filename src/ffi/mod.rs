@@ -105,6 +105,10 @@ pub struct AdeadvmConfig {
     /// (each device holds its stage's constants only; strict tier: one device's bits);
     /// `backend` is then ignored, and `devices` must be NULL.
     pub pipeline: *const c_char,
+    /// With `pipeline`: slices each run's batch is cut into, flowing through the stages so that
+    /// every stage works at once (the batch is the first axis every input and output shares);
+    /// 0 or 1: the whole batch at once.
+    pub micro_batches: u32,
 }
 
 /// A loaded, verified program (opaque).
@@ -623,6 +627,7 @@ pub unsafe extern "C" fn adeadvm_config_default(config: *mut AdeadvmConfig) -> A
             max_device_memory: 0,
             devices: std::ptr::null(),
             pipeline: std::ptr::null(),
+            micro_batches: 0,
         };
         // SAFETY: forwarded caller contract.
         unsafe { put(config, c, "config") }
@@ -647,7 +652,7 @@ pub unsafe extern "C" fn adeadvm_session_new(
             return Err(Failure::null("out"));
         }
         let mut cfg = Config::default();
-        let (mut devices, mut pipeline) = (None, None);
+        let (mut devices, mut pipeline, mut micro_batches) = (None, None, 1);
         // SAFETY: forwarded caller contract (NULL allowed).
         if let Some(c) = unsafe { config.as_ref() } {
             if !c.devices.is_null() {
@@ -658,6 +663,7 @@ pub unsafe extern "C" fn adeadvm_session_new(
                 // SAFETY: non-null, the caller promises a NUL-terminated string.
                 pipeline = Some(Place::parse_list(unsafe { str_arg(c.pipeline, "config.pipeline") }?)?);
             }
+            micro_batches = c.micro_batches.max(1) as usize;
             if !c.backend.is_null() {
                 // SAFETY: non-null, the caller promises a NUL-terminated string.
                 cfg.backend = Backend::from_name(unsafe { str_arg(c.backend, "config.backend") }?)?;
@@ -680,7 +686,11 @@ pub unsafe extern "C" fn adeadvm_session_new(
         let session = match (devices, pipeline) {
             (None, None) => Sessions::One(Box::new(Session::new(&p.program, &cfg)?)),
             (Some(places), None) => Sessions::Split(SplitSession::new(&p.program, &places, &cfg)?),
-            (None, Some(places)) => Sessions::Pipeline(PipelineSession::new(&p.program, &places, &cfg)?),
+            (None, Some(places)) => {
+                let mut pipeline = PipelineSession::new(&p.program, &places, &cfg)?;
+                pipeline.set_micro_batches(micro_batches)?;
+                Sessions::Pipeline(pipeline)
+            }
             (Some(_), Some(_)) => {
                 return Err(Failure::invalid("config.devices and config.pipeline cannot both be set".into()))
             }
