@@ -72,78 +72,127 @@ pub struct Stage {
 /// Where each instruction boundary of a program may be cut, and what a cut there carries.
 struct CutMap<'a> {
     vp: &'a VerifiedProgram,
-    /// Per boundary k (0..=n, before instruction k): why it cannot be a cut, None when it can.
-    blocked: Vec<Option<String>>,
+    /// Per boundary k (0..=n, before instruction k): the index in `reasons` of why it cannot be
+    /// a cut (the first found), None when it can.
+    blocked: Vec<Option<u32>>,
+    reasons: Vec<Blocker>,
+}
+
+/// Why a range of boundaries cannot be cuts.
+enum Blocker {
+    /// A HALT at this instruction.
+    Halt(usize),
+    /// A jump from this instruction to that one.
+    Jump(usize, usize),
+    /// A register used first and last at these instructions.
+    Register(u8, usize, usize),
+    /// An output stored first and last at these instructions.
+    Output(u16, usize, usize),
 }
 
 impl<'a> CutMap<'a> {
     fn new(vp: &'a VerifiedProgram) -> CutMap<'a> {
         let insns = vp.instructions();
         let n = insns.len();
-        let mut blocked: Vec<Option<String>> = vec![None; n + 1];
-        // Block the boundaries k in `range` (clamped to 1..n) for `why`, keeping the first reason.
-        let mut block = |range: Range<usize>, why: &dyn Fn() -> String| {
-            for slot in &mut blocked[range.start.max(1)..range.end.min(n)] {
-                if slot.is_none() {
-                    *slot = Some(why());
-                }
-            }
-        };
+        let mut reasons = Vec::new();
         let mut regs: HashMap<u8, (usize, usize)> = HashMap::new();
         let mut stores: HashMap<u16, (usize, usize)> = HashMap::new();
         for (i, ins) in insns.iter().enumerate() {
             if matches!(ins.insn, Insn::Halt) && i + 1 < n {
-                block(i + 1..n, &|| format!("instruction {i} (HALT) ends the program before it"));
+                reasons.push(Blocker::Halt(i));
             }
             for op in ins.insn.operands() {
                 match op {
-                    Operand::Label(Target(t)) => {
-                        let t = t as usize;
-                        // Inside one stage: from before k to at most k, or from k on to k or later.
-                        let crossed = if t <= i { t + 1..i + 1 } else { i + 1..t };
-                        block(crossed, &|| format!("the jump at instruction {i} to {t} crosses it"));
-                    }
-                    Operand::Reg(r) | Operand::RegOpt(Some(r)) => {
-                        let e = regs.entry(r.0).or_insert((i, i));
-                        e.1 = i;
-                    }
-                    Operand::Output(OutputId(o)) => {
-                        let e = stores.entry(o).or_insert((i, i));
-                        e.1 = i;
-                    }
+                    Operand::Label(Target(t)) => reasons.push(Blocker::Jump(i, t as usize)),
+                    Operand::Reg(r) | Operand::RegOpt(Some(r)) => regs.entry(r.0).or_insert((i, i)).1 = i,
+                    Operand::Output(OutputId(o)) => stores.entry(o).or_insert((i, i)).1 = i,
                     _ => {}
                 }
             }
         }
         let mut regs: Vec<_> = regs.into_iter().collect();
         regs.sort_unstable();
-        for (r, (first, last)) in regs {
-            block(first + 1..last + 1, &|| {
-                format!("register r{r} is used on both sides (instructions {first} and {last})")
-            });
-        }
+        reasons.extend(regs.into_iter().map(|(r, (first, last))| Blocker::Register(r, first, last)));
         let mut stores: Vec<_> = stores.into_iter().collect();
         stores.sort_unstable();
-        for (o, (first, last)) in stores {
-            let name = &vp.output(OutputId(o)).name;
-            block(first + 1..last + 1, &|| {
-                format!("output `{name}` is stored on both sides (instructions {first} and {last})")
-            });
+        reasons.extend(stores.into_iter().map(|(o, (first, last))| Blocker::Output(o, first, last)));
+        // Each boundary takes the first reason covering it. `next[k]`: the first boundary from k
+        // on not yet blocked (path-halved), so every boundary is visited once whatever the
+        // number and length of the ranges: O(n + reasons) in all.
+        let mut blocked = vec![None; n + 1];
+        let mut next: Vec<u32> = (0..=n as u32 + 1).collect();
+        fn find(next: &mut [u32], mut k: usize) -> usize {
+            while next[k] as usize != k {
+                next[k] = next[next[k] as usize];
+                k = next[k] as usize;
+            }
+            k
         }
-        CutMap { vp, blocked }
+        for (r, reason) in reasons.iter().enumerate() {
+            // Inside one stage a jump goes from before k to at most k, or from k on to k or later.
+            let range = match *reason {
+                Blocker::Halt(i) => i + 1..n,
+                Blocker::Jump(i, t) if t <= i => t + 1..i + 1,
+                Blocker::Jump(i, t) => i + 1..t,
+                Blocker::Register(_, first, last) | Blocker::Output(_, first, last) => first + 1..last + 1,
+            };
+            let end = range.end.min(n);
+            let mut k = find(&mut next, range.start.max(1));
+            while k < end {
+                blocked[k] = Some(r as u32);
+                next[k] = k as u32 + 1;
+                k = find(&mut next, k + 1);
+            }
+        }
+        CutMap { vp, blocked, reasons }
     }
 
     fn len(&self) -> usize {
         self.blocked.len() - 1
     }
 
+    fn is_legal(&self, k: usize) -> bool {
+        k > 0 && k < self.len() && self.blocked[k].is_none()
+    }
+
     /// Why boundary `k` cannot be a cut (None when it can).
     fn refusal(&self, k: usize) -> Option<String> {
-        match k {
-            0 => Some("a stage must run at least one instruction".into()),
-            k if k >= self.len() => Some(format!("the program has {} instructions", self.len())),
-            k => self.blocked[k].clone(),
+        Some(match k {
+            0 => "a stage must run at least one instruction".into(),
+            k if k >= self.len() => format!("the program has {} instructions", self.len()),
+            k => match self.reasons[self.blocked[k]? as usize] {
+                Blocker::Halt(i) => format!("instruction {i} (HALT) ends the program before it"),
+                Blocker::Jump(i, t) => format!("the jump at instruction {i} to {t} crosses it"),
+                Blocker::Register(r, first, last) => {
+                    format!("register r{r} is used on both sides (instructions {first} and {last})")
+                }
+                Blocker::Output(o, first, last) => format!(
+                    "output `{}` is stored on both sides (instructions {first} and {last})",
+                    self.vp.output(OutputId(o)).name
+                ),
+            },
+        })
+    }
+
+    /// How many temporaries are allocated at each boundary 0..=n (as [`CutMap::allocated_at`]
+    /// counts them), in one pass.
+    fn allocated_counts(&self) -> Vec<usize> {
+        let mut live = HashSet::new();
+        let mut counts = Vec::with_capacity(self.len() + 1);
+        counts.push(0);
+        for ins in self.vp.instructions() {
+            match ins.insn {
+                Insn::Alloc { t } => {
+                    live.insert(t.0);
+                }
+                Insn::Free { t } => {
+                    live.remove(&t.0);
+                }
+                _ => {}
+            }
+            counts.push(live.len());
         }
+        counts
     }
 
     /// The temporaries allocated at each boundary in `ks` (increasing), in tensor-table order,
@@ -225,7 +274,7 @@ pub fn plan_cuts(program: &Program, stages: usize) -> Result<Vec<usize>> {
     let vp = program.verified();
     let map = CutMap::new(vp);
     let n = map.len();
-    let legal: Vec<usize> = (1..n).filter(|&k| map.blocked[k].is_none()).collect();
+    let legal: Vec<usize> = (1..n).filter(|&k| map.is_legal(k)).collect();
     if stages <= 1 {
         return Ok(Vec::new());
     }
@@ -252,7 +301,8 @@ pub fn plan_cuts(program: &Program, stages: usize) -> Result<Vec<usize>> {
         }
         upto[i + 1] = upto[i] + add;
     }
-    let carried: Vec<usize> = map.allocated_at(&legal).iter().map(Vec::len).collect();
+    let carried = map.allocated_counts();
+    let carried: Vec<usize> = legal.iter().map(|&k| carried[k]).collect();
     let total = upto[n];
     // Within a quarter of a stage's share of the best balance, the fewest temporaries carried
     // win: with six layers or more over two or three stages, that reaches a layer boundary.
