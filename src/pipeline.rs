@@ -264,7 +264,11 @@ fn tensors_of(vp: &VerifiedProgram, ins: &Instruction, out: &mut Vec<TensorId>) 
         }
     }
     if let Insn::Load { src, count, .. } = ins.insn {
-        out.extend((1..count).map(|c| TensorId(src.0 + c)));
+        // The verifier keeps these within the table; checked again rather than trusted here.
+        let table = vp.program().tensors.len();
+        out.extend(
+            (1..count).filter_map(|c| src.0.checked_add(c)).filter(|&t| (t as usize) < table).map(TensorId),
+        );
     }
 }
 

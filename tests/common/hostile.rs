@@ -52,7 +52,21 @@ pub fn pipeline(bytes: Vec<u8>) {
     let _ = disassemble(&p, &DisasmOptions::default());
     let Ok(v) = verify(p) else { return };
     let _ = v.report(&[]);
-    run_small(Arc::new(v));
+    let v = Arc::new(v);
+    cut_small(&v);
+    run_small(v);
+}
+
+/// Cuts a verified program into stages where `plan_cuts` puts them for two and three stages and
+/// before its middle instruction: each cut gives stages or a clean error.
+pub fn cut_small(v: &Arc<VerifiedProgram>) {
+    let program = adeadvm::api::Program::from(v.clone());
+    for stages in [2, 3] {
+        if let Ok(cuts) = adeadvm::pipeline::plan_cuts(&program, stages) {
+            let _ = adeadvm::pipeline::cut_program(&program, &cuts);
+        }
+    }
+    let _ = adeadvm::pipeline::cut_program(&program, &[v.instructions().len() / 2]);
 }
 
 /// Runs a verified program on zero inputs (every symbol 2) under small budgets.
