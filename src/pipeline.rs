@@ -50,9 +50,11 @@ use std::time::{Duration, Instant};
 use crate::api::{Config, Error, IntoHostTensor, Program, Result, Session};
 use crate::format::{self, DebugInfo, OutputDecl, TensorDecl, TensorKind};
 use crate::isa::{Dim, Insn, Instruction, KernelId, Operand, OutputId, Target, TensorId};
-use crate::split::{batch_rows, check_batch_axis, join_rows, place_config, rows_of, Place};
-use crate::verify::{PlanError, VerifiedProgram};
-use crate::vm::{HostTensor, VmError};
+use crate::split::{
+    batch_rows, check_batch_axis, join_rows, output_named, place_config, rows_of, unbound_input, Place,
+};
+use crate::verify::VerifiedProgram;
+use crate::vm::HostTensor;
 
 /// One stage of a cut program.
 #[derive(Clone)]
@@ -704,12 +706,8 @@ impl PipelineSession {
     pub fn run(&mut self) -> Result<Vec<StageStats>> {
         self.outputs.clear();
         let p = self.program.verified().program();
-        for (name, t) in &self.inputs {
-            if t.is_none() {
-                let decl = p.tensors.iter().find(|d| &d.name == name && d.kind == TensorKind::Input);
-                let decl = decl.expect("the bound inputs are the program's declared inputs");
-                return Err(VmError::from(PlanError::missing_input(decl, &p.syms)).into());
-            }
+        if let Some((name, _)) = self.inputs.iter().find(|(_, t)| t.is_none()) {
+            return Err(unbound_input(&self.program, name));
         }
         if self.micro_batches > 1 {
             return self.run_micro_batches();
@@ -850,15 +848,7 @@ impl PipelineSession {
 
     /// An output of the last run, by name.
     pub fn output(&self, name: &str) -> Result<&HostTensor> {
-        if let Some((_, t)) = self.outputs.iter().find(|(n, _)| n == name) {
-            return Ok(t);
-        }
-        let decls = &self.program.verified().program().outputs;
-        if !decls.iter().any(|o| o.name == name) {
-            let known: Vec<&str> = decls.iter().map(|o| o.name.as_str()).collect();
-            return Err(Error::UnknownOutput { name: name.to_string(), known: known.join(", ") });
-        }
-        Err(Error::NotWritten(name.to_string()))
+        output_named(&self.outputs, &self.program, name)
     }
 
     /// Every output of the last run, in declaration order.

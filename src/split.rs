@@ -190,12 +190,7 @@ impl SplitSession {
         self.outputs.clear();
         let mut bound = Vec::with_capacity(self.inputs.len());
         for (name, t) in &self.inputs {
-            let Some(t) = t else {
-                let p = self.program.verified().program();
-                let decl = p.tensors.iter().find(|d| &d.name == name && d.kind == TensorKind::Input);
-                let decl = decl.expect("the bound inputs are the program's declared inputs");
-                return Err(VmError::from(PlanError::missing_input(decl, &p.syms)).into());
-            };
+            let Some(t) = t else { return Err(unbound_input(&self.program, name)) };
             bound.push((name.as_str(), t));
         }
         let rows = batch_rows(&bound)?;
@@ -258,15 +253,7 @@ impl SplitSession {
 
     /// An output of the last run (the whole batch), by name.
     pub fn output(&self, name: &str) -> Result<&HostTensor> {
-        if let Some((_, t)) = self.outputs.iter().find(|(n, _)| n == name) {
-            return Ok(t);
-        }
-        let decls = &self.program.verified().program().outputs;
-        if !decls.iter().any(|o| o.name == name) {
-            let known: Vec<&str> = decls.iter().map(|o| o.name.as_str()).collect();
-            return Err(Error::UnknownOutput { name: name.to_string(), known: known.join(", ") });
-        }
-        Err(Error::NotWritten(name.to_string()))
+        output_named(&self.outputs, &self.program, name)
     }
 
     /// Every output of the last run, in declaration order.
@@ -314,6 +301,32 @@ pub(crate) fn check_batch_axis(p: &crate::format::Program) -> Result<()> {
         return Err(Error::NotSplittable("the program has no inputs or outputs to split".into()));
     }
     Ok(())
+}
+
+/// Output `name` among a multi-session run's joined `outputs`, or why there is none: the
+/// program has no such output, or no run wrote it.
+pub(crate) fn output_named<'a>(
+    outputs: &'a [(String, HostTensor)],
+    program: &Program,
+    name: &str,
+) -> Result<&'a HostTensor> {
+    if let Some((_, t)) = outputs.iter().find(|(n, _)| n == name) {
+        return Ok(t);
+    }
+    let decls = &program.verified().program().outputs;
+    if !decls.iter().any(|o| o.name == name) {
+        let known: Vec<&str> = decls.iter().map(|o| o.name.as_str()).collect();
+        return Err(Error::UnknownOutput { name: name.to_string(), known: known.join(", ") });
+    }
+    Err(Error::NotWritten(name.to_string()))
+}
+
+/// The error for `program`'s input `name` left unbound at a run, worded as a single session's.
+pub(crate) fn unbound_input(program: &Program, name: &str) -> Error {
+    let p = program.verified().program();
+    let decl = p.tensors.iter().find(|d| d.name == name && d.kind == TensorKind::Input);
+    let decl = decl.expect("the bound inputs are the program's declared inputs");
+    VmError::from(PlanError::missing_input(decl, &p.syms)).into()
 }
 
 /// The rows of the bound inputs' batch axis (checked to agree; 0 without inputs).

@@ -577,86 +577,62 @@ int main(int argc, char **argv) {
 #[test]
 fn the_c_config_splits_the_batch_over_devices() {
     let x: Vec<f32> = (0..5 * 784).map(|i| ((i * 37) % 101) as f32 / 101.0 - 0.5).collect();
-    let output_of =
-        |devices: Option<&[u8]>, pipeline: Option<&[u8]>| -> Result<Vec<u8>, (AdeadvmStatus, String)> {
-            let prog = load_mlp();
-            // SAFETY: a live program, valid pointers and sizes throughout.
-            unsafe {
-                let mut cfg = std::mem::zeroed::<AdeadvmConfig>();
-                assert_eq!(adeadvm_config_default(&mut cfg), AdeadvmStatus::Ok);
-                assert!(cfg.devices.is_null(), "the default is one session");
-                assert!(cfg.pipeline.is_null(), "the default is one session");
-                if let Some(d) = devices {
-                    cfg.devices = d.as_ptr().cast();
-                }
-                if let Some(p) = pipeline {
-                    cfg.pipeline = p.as_ptr().cast();
-                }
-                let mut s = null_mut();
-                let st = adeadvm_session_new(prog, &cfg, &mut s);
-                adeadvm_program_free(prog);
-                if st != AdeadvmStatus::Ok {
-                    return Err((st, last_error()));
-                }
-                set_mlp_x(s, &x);
-                assert_eq!(adeadvm_session_run(s), AdeadvmStatus::Ok, "{}", last_error());
-                let (mut dtype, mut rank, mut data, mut nbytes) = (0u32, 0usize, std::ptr::null(), 0usize);
-                let mut out_shape = [0usize; 2];
-                let st = adeadvm_session_output(
-                    s,
-                    c"y".as_ptr(),
-                    &mut dtype,
-                    out_shape.as_mut_ptr(),
-                    2,
-                    &mut rank,
-                    &mut data,
-                    &mut nbytes,
-                );
-                assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
-                assert_eq!(out_shape, [5, 10]);
-                let bytes = std::slice::from_raw_parts(data.cast::<u8>(), nbytes).to_vec();
-                adeadvm_session_free(s);
-                Ok(bytes)
+    let output_of = |devices: Option<&[u8]>,
+                     pipeline: Option<&[u8]>,
+                     micro_batches: u32|
+     -> Result<Vec<u8>, (AdeadvmStatus, String)> {
+        let prog = load_mlp();
+        // SAFETY: a live program, valid pointers and sizes throughout.
+        unsafe {
+            let mut cfg = std::mem::zeroed::<AdeadvmConfig>();
+            assert_eq!(adeadvm_config_default(&mut cfg), AdeadvmStatus::Ok);
+            assert!(cfg.devices.is_null(), "the default is one session");
+            assert!(cfg.pipeline.is_null(), "the default is one session");
+            assert_eq!(cfg.micro_batches, 0, "the default is the whole batch at once");
+            cfg.micro_batches = micro_batches;
+            if let Some(d) = devices {
+                cfg.devices = d.as_ptr().cast();
             }
-        };
-    let one = output_of(None, None).unwrap();
-    assert_eq!(output_of(Some(&c("cpu,cpu")), None).unwrap(), one);
-    let (st, err) = output_of(Some(&c("cpu,gpu")), None).unwrap_err();
+            if let Some(p) = pipeline {
+                cfg.pipeline = p.as_ptr().cast();
+            }
+            let mut s = null_mut();
+            let st = adeadvm_session_new(prog, &cfg, &mut s);
+            adeadvm_program_free(prog);
+            if st != AdeadvmStatus::Ok {
+                return Err((st, last_error()));
+            }
+            set_mlp_x(s, &x);
+            assert_eq!(adeadvm_session_run(s), AdeadvmStatus::Ok, "{}", last_error());
+            let (mut dtype, mut rank, mut data, mut nbytes) = (0u32, 0usize, std::ptr::null(), 0usize);
+            let mut out_shape = [0usize; 2];
+            let st = adeadvm_session_output(
+                s,
+                c"y".as_ptr(),
+                &mut dtype,
+                out_shape.as_mut_ptr(),
+                2,
+                &mut rank,
+                &mut data,
+                &mut nbytes,
+            );
+            assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
+            assert_eq!(out_shape, [5, 10]);
+            let bytes = std::slice::from_raw_parts(data.cast::<u8>(), nbytes).to_vec();
+            adeadvm_session_free(s);
+            Ok(bytes)
+        }
+    };
+    let one = output_of(None, None, 0).unwrap();
+    assert_eq!(output_of(Some(&c("cpu,cpu")), None, 0).unwrap(), one);
+    let (st, err) = output_of(Some(&c("cpu,gpu")), None, 0).unwrap_err();
     assert_eq!(st, AdeadvmStatus::InvalidArgument);
     assert_eq!(err, "devices `cpu,gpu`: `gpu` is not `cpu` or `gpuN` (N a Vulkan device index)");
     // `pipeline` cuts the program into stages instead.
-    assert_eq!(output_of(None, Some(&c("cpu,cpu"))).unwrap(), one);
-    // SAFETY: as above; micro-batches on a pipeline of three CPU stages.
-    unsafe {
-        let prog = load_mlp();
-        let mut cfg = std::mem::zeroed::<AdeadvmConfig>();
-        assert_eq!(adeadvm_config_default(&mut cfg), AdeadvmStatus::Ok);
-        assert_eq!(cfg.micro_batches, 0, "the default is the whole batch at once");
-        let list = c("cpu,cpu,cpu");
-        cfg.pipeline = list.as_ptr().cast();
-        cfg.micro_batches = 5;
-        let mut s = null_mut();
-        assert_eq!(adeadvm_session_new(prog, &cfg, &mut s), AdeadvmStatus::Ok, "{}", last_error());
-        adeadvm_program_free(prog);
-        set_mlp_x(s, &x);
-        assert_eq!(adeadvm_session_run(s), AdeadvmStatus::Ok, "{}", last_error());
-        let (mut dtype, mut rank, mut data, mut nbytes) = (0u32, 0usize, std::ptr::null(), 0usize);
-        let mut out_shape = [0usize; 2];
-        let st = adeadvm_session_output(
-            s,
-            c"y".as_ptr(),
-            &mut dtype,
-            out_shape.as_mut_ptr(),
-            2,
-            &mut rank,
-            &mut data,
-            &mut nbytes,
-        );
-        assert_eq!(st, AdeadvmStatus::Ok, "{}", last_error());
-        assert_eq!(std::slice::from_raw_parts(data.cast::<u8>(), nbytes), &one[..]);
-        adeadvm_session_free(s);
-    }
-    let (st, err) = output_of(Some(&c("cpu")), Some(&c("cpu,cpu"))).unwrap_err();
+    assert_eq!(output_of(None, Some(&c("cpu,cpu")), 0).unwrap(), one);
+    // Micro-batches on a pipeline of three CPU stages: five slices of one row.
+    assert_eq!(output_of(None, Some(&c("cpu,cpu,cpu")), 5).unwrap(), one);
+    let (st, err) = output_of(Some(&c("cpu")), Some(&c("cpu,cpu")), 0).unwrap_err();
     assert_eq!(st, AdeadvmStatus::InvalidArgument);
     assert_eq!(err, "config.devices and config.pipeline cannot both be set");
 }

@@ -7,37 +7,12 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use adeadvm::api::{Backend, Config, LoadOptions, Program, Session};
+use adeadvm::api::{Backend, Config, Program, Session};
 use adeadvm::pipeline::{cut_program, plan_cuts, PipelineSession};
 use adeadvm::split::Place;
 use adeadvm::HostTensor;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// programs/minilm_l6.s with a tiny model of its structure (strict tier) and a padded batch.
-fn minilm(dir: &Path) -> (Program, Vec<(&'static str, HostTensor)>) {
-    let path = Path::new(ROOT).join("programs/minilm_l6.s");
-    let options = LoadOptions { defines: common::example_defines(&path, dir), tier: None };
-    let program = Program::load_with(&path, &options).unwrap();
-    let (rows, t) = (3, 5);
-    let mut rng = common::Rng(7);
-    let ids: Vec<i32> = (0..rows * t).map(|_| 1 + (rng.next_u64() % 9) as i32).collect();
-    let mask: Vec<i32> = (0..rows * t).map(|i| (i % t <= i / t + 2) as i32).collect();
-    let inputs = vec![
-        ("input_ids", common::i32s(&[rows, t], &ids)),
-        ("attention_mask", common::i32s(&[rows, t], &mask)),
-    ];
-    (program, inputs)
-}
-
-fn single(program: &Program, backend: Backend, inputs: &[(&str, HostTensor)]) -> HostTensor {
-    let mut s = Session::new(program, &Config { backend, threads: Some(2), ..Config::default() }).unwrap();
-    for (name, t) in inputs {
-        s.set_input(name, t).unwrap();
-    }
-    s.run().unwrap();
-    s.output("embedding").unwrap().clone()
-}
 
 fn pipelined(
     program: &Program,
@@ -58,8 +33,8 @@ fn pipelined(
 #[test]
 fn every_cut_of_a_transformer_gives_the_single_run_bits() {
     let dir = tempfile::tempdir().unwrap();
-    let (program, inputs) = minilm(dir.path());
-    let want = single(&program, Backend::Cpu, &inputs);
+    let (program, inputs) = common::minilm_padded(dir.path(), 3, 5, 7);
+    let want = common::embedding_of(&program, Backend::Cpu, &inputs);
     let n = program.verified().instructions().len();
     let mut cut = 0;
     for k in 1..n {
@@ -77,8 +52,8 @@ fn every_cut_of_a_transformer_gives_the_single_run_bits() {
 #[test]
 fn planned_cuts_balance_the_constants_and_fall_between_layers() {
     let dir = tempfile::tempdir().unwrap();
-    let (program, inputs) = minilm(dir.path());
-    let want = single(&program, Backend::Cpu, &inputs);
+    let (program, inputs) = common::minilm_padded(dir.path(), 3, 5, 7);
+    let want = common::embedding_of(&program, Backend::Cpu, &inputs);
     let total: u64 = cut_program(&program, &[]).unwrap()[0].const_bytes;
     for stages in [2, 3, 6] {
         let cuts = plan_cuts(&program, stages).unwrap();
@@ -111,8 +86,8 @@ fn stages_on_the_cpu_and_a_vulkan_device_give_the_single_run_bits() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (program, inputs) = minilm(dir.path());
-    let cpu = single(&program, Backend::Cpu, &inputs);
+    let (program, inputs) = common::minilm_padded(dir.path(), 3, 5, 7);
+    let cpu = common::embedding_of(&program, Backend::Cpu, &inputs);
     for places in [vec![Place::Gpu(0), Place::Cpu], vec![Place::Cpu, Place::Gpu(0), Place::Gpu(0)]] {
         let cuts = plan_cuts(&program, places.len()).unwrap();
         assert!(pipelined(&program, &places, &cuts, &inputs) == cpu, "{places:?}: differs from one CPU run");
@@ -142,8 +117,8 @@ fn a_temporary_written_by_a_kernel_is_carried() {
 #[test]
 fn micro_batches_flow_through_the_stages_with_the_single_run_bits() {
     let dir = tempfile::tempdir().unwrap();
-    let (program, inputs) = minilm(dir.path());
-    let want = single(&program, Backend::Cpu, &inputs);
+    let (program, inputs) = common::minilm_padded(dir.path(), 3, 5, 7);
+    let want = common::embedding_of(&program, Backend::Cpu, &inputs);
     let mut places = vec![vec![Place::Cpu, Place::Cpu, Place::Cpu]];
     if common::vk::exec().is_some() {
         places.push(vec![Place::Gpu(0), Place::Cpu]);

@@ -7,44 +7,11 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use adeadvm::api::{Backend, Config, LoadOptions, Program, Session};
+use adeadvm::api::{Backend, Config, Program};
 use adeadvm::split::{Place, SplitSession};
 use adeadvm::HostTensor;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// programs/minilm_l6.s with a tiny model of its structure (strict tier), and a batch of
-/// sentences of different lengths, padded: the rows a split cuts apart.
-fn minilm(dir: &Path) -> (Program, Vec<(&'static str, HostTensor)>) {
-    let path = Path::new(ROOT).join("programs/minilm_l6.s");
-    let options = LoadOptions { defines: common::example_defines(&path, dir), tier: None };
-    let program = Program::load_with(&path, &options).unwrap();
-    let (rows, t) = (11, 7);
-    let mut rng = common::Rng(42);
-    let mut ids = vec![0i32; rows * t];
-    let mut mask = vec![0i32; rows * t];
-    for r in 0..rows {
-        let len = 1 + r % t;
-        for c in 0..len {
-            ids[r * t + c] = 1 + (rng.next_u64() % 9) as i32;
-            mask[r * t + c] = 1;
-        }
-    }
-    let inputs = vec![
-        ("input_ids", common::i32s(&[rows, t], &ids)),
-        ("attention_mask", common::i32s(&[rows, t], &mask)),
-    ];
-    (program, inputs)
-}
-
-fn single(program: &Program, backend: Backend, inputs: &[(&str, HostTensor)]) -> HostTensor {
-    let mut s = Session::new(program, &Config { backend, threads: Some(2), ..Config::default() }).unwrap();
-    for (name, t) in inputs {
-        s.set_input(name, t).unwrap();
-    }
-    s.run().unwrap();
-    s.output("embedding").unwrap().clone()
-}
 
 fn split_run(
     program: &Program,
@@ -69,8 +36,8 @@ fn split_run(
 #[test]
 fn a_batch_split_over_cpu_sessions_gives_the_single_run_bits() {
     let dir = tempfile::tempdir().unwrap();
-    let (program, inputs) = minilm(dir.path());
-    let want = single(&program, Backend::Cpu, &inputs);
+    let (program, inputs) = common::minilm_padded(dir.path(), 11, 7, 42);
+    let want = common::embedding_of(&program, Backend::Cpu, &inputs);
     // 2, 3 and 11 sessions (one row each); the second run's split follows the measured speed.
     for n in [2, 3, 11] {
         for got in split_run(&program, &vec![Place::Cpu; n], &inputs, 2) {
@@ -94,9 +61,9 @@ fn a_batch_split_over_the_cpu_and_a_vulkan_device_gives_the_single_run_bits() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (program, inputs) = minilm(dir.path());
-    let cpu = single(&program, Backend::Cpu, &inputs);
-    let gpu = single(&program, Backend::Vulkan, &inputs);
+    let (program, inputs) = common::minilm_padded(dir.path(), 11, 7, 42);
+    let cpu = common::embedding_of(&program, Backend::Cpu, &inputs);
+    let gpu = common::embedding_of(&program, Backend::Vulkan, &inputs);
     assert!(cpu == gpu, "one CPU run and one Vulkan run differ");
     for places in [vec![Place::Cpu, Place::Gpu(0)], vec![Place::Gpu(0), Place::Gpu(0), Place::Cpu]] {
         for got in split_run(&program, &places, &inputs, 2) {

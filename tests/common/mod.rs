@@ -183,6 +183,45 @@ pub fn example_defines(program: &std::path::Path, dir: &std::path::Path) -> Vec<
     }
 }
 
+/// programs/minilm_l6.s with a tiny model of its structure (strict tier, weights written into
+/// `dir`), and a batch of `rows` sentences of 1 to `t` tokens padded to `t`: the rows a split or
+/// a micro-batch cuts apart. Each row's ids come from `seed`.
+pub fn minilm_padded(
+    dir: &std::path::Path,
+    rows: usize,
+    t: usize,
+    seed: u64,
+) -> (adeadvm::api::Program, Vec<(&'static str, HostTensor)>) {
+    let path = root().join("programs/minilm_l6.s");
+    let options = adeadvm::api::LoadOptions { defines: example_defines(&path, dir), tier: None };
+    let program = adeadvm::api::Program::load_with(&path, &options).unwrap();
+    let mut rng = Rng(seed);
+    let mut ids = vec![0i32; rows * t];
+    let mut mask = vec![0i32; rows * t];
+    for r in 0..rows {
+        for c in 0..1 + r % t {
+            ids[r * t + c] = 1 + (rng.next_u64() % 9) as i32;
+            mask[r * t + c] = 1;
+        }
+    }
+    (program, vec![("input_ids", i32s(&[rows, t], &ids)), ("attention_mask", i32s(&[rows, t], &mask))])
+}
+
+/// `program`'s output `embedding` from one session on `backend` (2 threads) over `inputs`.
+pub fn embedding_of(
+    program: &adeadvm::api::Program,
+    backend: adeadvm::api::Backend,
+    inputs: &[(&str, HostTensor)],
+) -> HostTensor {
+    let config = adeadvm::api::Config { backend, threads: Some(2), ..Default::default() };
+    let mut s = adeadvm::api::Session::new(program, &config).unwrap();
+    for (name, t) in inputs {
+        s.set_input(name, t).unwrap();
+    }
+    s.run().unwrap();
+    s.output("embedding").unwrap().clone()
+}
+
 /// A tiny model of minilm_l6.s's structure (D=8, 2 heads of 4, FF=16, 2 layers).
 fn minilm_tiny_defines(dir: &std::path::Path) -> Vec<(&'static str, String)> {
     let weights = dir.join("tiny.safetensors");
