@@ -124,3 +124,78 @@ fn sessions_on_threads_share_one_program() {
         assert_eq!(o, &outputs[0]);
     }
 }
+
+/// A session packs its constant weights once for the CPU's blocked products (`tb` and not,
+/// more rows than the matrix-vector kernel takes) and keeps them: run after run, at a batch
+/// small enough for the matrix-vector kernel, and with a memory budget that leaves no room
+/// for the packed copies (so every product packs as it goes), the outputs have the same bits,
+/// and in the strict tier those of the reference chains computed here.
+#[test]
+fn packed_constant_weights_keep_the_bits() {
+    use adeadvm::exec::cpu::reference::{matmul, MatmulShape};
+    use adeadvm::isa::Act;
+    let dir = tempfile::tempdir().unwrap();
+    let values = |len: usize, seed: u32| -> Vec<f32> {
+        (0..len as u32).map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0).collect()
+    };
+    let (w1, w2) = (values(48 * 64, 1), values(64 * 48, 2));
+    for (name, shape, v) in [("w1", [48, 64], &w1), ("w2", [48, 64], &w2)] {
+        let t = HostTensor::from_f32(shape.to_vec(), v).unwrap();
+        adeadvm::api::write_npy(dir.path().join(format!("{name}.npy")), &t).unwrap();
+    }
+    let d = dir.path().display();
+    let source = format!(
+        ".tier strict\n.dim B\n.input %x f32[B, 64]\n.output y f32[B, 48]\n\
+         .const %w1 f32[48, 64] = npy(\"{d}/w1.npy\")\n.const %w2 f32[48, 64] = npy(\"{d}/w2.npy\")\n\
+         ALLOC %h: f32[B, 48]\nMATMUL %h, %x, %w1, tb\nALLOC %g: f32[B, 64]\nMATMUL %g, %h, %w2\n\
+         ALLOC %y: f32[B, 48]\nMATMUL %y, %g, %w1, tb\nFREE %g\nFREE %h\nSTORE y, %y\nFREE %y\nHALT\n"
+    );
+    let program = Program::from_asm(&source, "packed.s").unwrap();
+    for tier in [Tier::Strict, Tier::Fast] {
+        let program = program.with_tier(tier).unwrap();
+        for rows in [40, 3] {
+            let x = values(rows * 64, 3);
+            let xt = HostTensor::from_f32(vec![rows, 64], &x).unwrap();
+            let run = |config: &Config| {
+                let mut s = Session::new(&program, config).unwrap();
+                s.set_input("x", &xt).unwrap();
+                s.run().unwrap();
+                let first = s.output("y").unwrap().clone();
+                s.run().unwrap();
+                assert_eq!(s.output("y").unwrap(), &first, "{tier:?}, {rows} rows: a second run differs");
+                first
+            };
+            let packed = run(&Config { threads: Some(2), ..Config::default() });
+            // The budget the run needs and not a byte more: no room to pack.
+            let e = Session::new(&program, &Config { max_memory: Some(1), ..Config::default() })
+                .and_then(|mut s| {
+                    s.set_input("x", &xt)?;
+                    s.run()
+                })
+                .unwrap_err()
+                .to_string();
+            let needed: u64 =
+                e.split("needs ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+            let unpacked = run(&Config { threads: Some(2), max_memory: Some(needed), ..Config::default() });
+            assert_eq!(packed, unpacked, "{tier:?}, {rows} rows: packed weights change the bits");
+            if tier == Tier::Strict {
+                let mm = |a: &[f32], m: usize, k: usize, w: &[f32], n: usize, tb: bool| {
+                    let g = MatmulShape {
+                        a: vec![m, k],
+                        b: if tb { vec![n, k] } else { vec![k, n] },
+                        out: vec![m, n],
+                        ta: false,
+                        tb,
+                    };
+                    let mut out = vec![0.0; m * n];
+                    matmul(&g, a, w, None, Act::None, &mut out);
+                    out
+                };
+                let h = mm(&x, rows, 64, &w1, 48, true);
+                let g = mm(&h, rows, 48, &w2, 64, false);
+                let want = mm(&g, rows, 64, &w1, 48, true);
+                assert_eq!(packed.to_f32().unwrap(), want, "{rows} rows: not the reference's bits");
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! thread counts.
 
 use adeadvm::exec::cpu::fpenv::FtzGuard;
-use adeadvm::exec::cpu::gemm::gemm;
+use adeadvm::exec::cpu::gemm::{gemm, gemm_packed, PackedB};
 use adeadvm::exec::cpu::reference::{self, MatmulShape};
 use adeadvm::exec::cpu::{worker_pool, Ctx, SimdLevel};
 use adeadvm::isa::{Act, Tier};
@@ -132,6 +132,19 @@ fn run(
     // Garbage in the output: gemm must overwrite every element.
     let mut c = vec![f32::from_bits(0x7fbd_dead); m * n];
     gemm(ctx, m, n, k, a, a_rs, a_cs, b, b_rs, b_cs, &mut c);
+    // B packed beforehand (as a session packs a constant weight) gives the same bits.
+    if let Some(packed) = PackedB::new(ctx, k, n, b, b_rs, b_cs) {
+        let mut p = vec![f32::from_bits(0x7fbd_dead); m * n];
+        gemm_packed(ctx, m, a, a_rs, a_cs, &packed, &mut p);
+        assert!(
+            bits(&p) == bits(&c),
+            "{:?} {:?} threads={} m={m} n={n} k={k}: B packed beforehand differs at {:?}",
+            ctx.tier,
+            ctx.level,
+            ctx.threads(),
+            first_diff(&p, &c)
+        );
+    }
     c
 }
 
@@ -526,6 +539,47 @@ fn threaded_driver_row_and_column_blocks() {
                     bits(&fast) == bits(&one),
                     "fast {level:?} m={m} n={n} k={k}: bits depend on the thread count"
                 );
+            }
+        }
+    }
+}
+
+/// B packed once for a session's products ([`PackedB`]): past one block of columns (NC =
+/// 4096) and one KC slice (256 for AVX2, 384 for AVX-512), ragged at every edge, on one
+/// thread and a grid over 16 (tall: row blocks; short: column groups): the strict bits are
+/// the reference's and the fast bits those of the kernel that packs as it goes.
+#[test]
+fn weights_packed_beforehand_keep_the_bits() {
+    let _ftz = FtzGuard::new();
+    let sixteen = worker_pool(16).unwrap();
+    for &(m, n, k) in &[(37, 4200, 400), (300, 70, 800), (9, 4130, 33), (150, 4097, 1)] {
+        for lb in [Layout::RowMajor, Layout::ColMajor] {
+            let (b_rs, b_cs, blen) = strides(lb, k, n);
+            let (mut a, mut b) = (data(m * k, 31), data(blen, 32));
+            a[m * k / 2] = f32::NAN;
+            b[blen / 3] = 1e-39;
+            let want = strict_ref(m, n, k, &a, (k, 1), &b, (b_rs, b_cs));
+            for level in [SimdLevel::Avx2, SimdLevel::Avx512] {
+                if SimdLevel::detect() < level {
+                    continue;
+                }
+                for pool in [None, Some(&sixteen)] {
+                    for tier in [Tier::Strict, Tier::Fast] {
+                        let ctx = Ctx { level, tier, pool };
+                        let packed = PackedB::new(&ctx, k, n, &b, b_rs, b_cs).expect("packs");
+                        let mut got = vec![f32::from_bits(0x7fbd_dead); m * n];
+                        gemm_packed(&ctx, m, &a, k, 1, &packed, &mut got);
+                        let mut unpacked = vec![0.0; m * n];
+                        gemm(&ctx, m, n, k, &a, k, 1, &b, b_rs, b_cs, &mut unpacked);
+                        let want = if tier == Tier::Strict { &want } else { &unpacked };
+                        assert!(
+                            bits(&got) == bits(want),
+                            "{tier:?} {level:?} threads={} m={m} n={n} k={k} {lb:?}: first diff {:?}",
+                            ctx.threads(),
+                            first_diff(&got, want)
+                        );
+                    }
+                }
             }
         }
     }

@@ -195,7 +195,18 @@ pub struct Vm {
     last_failure: Option<String>,
     /// The Vulkan side, when the placement uses a device.
     gpu: Option<gpu::Gpu>,
+    /// Constant MATMUL operands packed for the CPU's blocked kernels, by (tensor, `tb`):
+    /// packed on first use and kept for the session (see [`Vm::packed_weight`]).
+    packed: std::collections::HashMap<(u16, bool), Arc<cpu::gemm::PackedB>>,
+    /// Bytes `packed` holds.
+    packed_bytes: u64,
+    /// Bytes of the memory budget this run leaves for packing more.
+    pack_room: u64,
 }
+
+/// Most bytes of packed constants a session keeps (twice MiniLM-L6's projection weights
+/// take 85 MB; a model whose weights are past this packs the rest on every product, as before).
+const PACKED_MAX_BYTES: u64 = 1 << 30;
 
 impl Vm {
     /// A VM ready to take inputs.
@@ -293,6 +304,9 @@ impl Vm {
             owned_const_bytes,
             last_failure: None,
             program,
+            packed: std::collections::HashMap::new(),
+            packed_bytes: 0,
+            pack_room: 0,
         })
     }
 
@@ -441,6 +455,12 @@ impl Vm {
         if needed > budget {
             return Err(VmError::MemoryBudget { needed, peak: plan.peak_bytes, io, other, budget });
         }
+        // Packed weights are a cache: where this run needs their memory, they go.
+        if needed.saturating_add(self.packed_bytes) > budget {
+            self.packed.clear();
+            self.packed_bytes = 0;
+        }
+        self.pack_room = budget - needed - self.packed_bytes;
         if self.scratch.len() < scratch_bytes as usize {
             // Allocated here, before the first step, so running out is an error, never a
             // panic in the middle of an instruction.
@@ -592,6 +612,50 @@ impl Vm {
                 None => &[],
             },
         }
+    }
+
+    /// MATMUL's `b` packed for the CPU's blocked kernels ([`cpu::gemm::PackedB`]), packed on
+    /// its first product and kept for the session: where `b` is a two-axis f32 constant, the
+    /// product takes the blocked kernel (more than `GEMV_MAX_M` rows of a a call; fewer take
+    /// the matrix-vector kernel, which reads B unpacked), and the packed copy fits both
+    /// [`PACKED_MAX_BYTES`] and what the run leaves of the memory budget. None otherwise, or
+    /// with `ADEADVM_CPU_PACKED_WEIGHTS=0` (for comparisons): the product then packs B as it
+    /// goes, with the same bits.
+    fn packed_weight(
+        &mut self,
+        p: &Program,
+        f: &Frame,
+        b: TensorId,
+        g: &MatmulShape,
+    ) -> Option<Arc<cpu::gemm::PackedB>> {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let off = *OFF.get_or_init(|| crate::exec::env_switch("ADEADVM_CPU_PACKED_WEIGHTS") == Some(false));
+        let t = &p.tensors[b.0 as usize];
+        let m = g.out[g.out.len() - 2];
+        if off
+            || !matches!(t.kind, TensorKind::Const(_))
+            || t.dtype != DType::F32
+            || g.b.len() != 2
+            || m <= cpu::gemm::GEMV_MAX_M
+            || self.level < SimdLevel::Avx2
+        {
+            return None;
+        }
+        if let Some(pb) = self.packed.get(&(b.0, g.tb)) {
+            return Some(pb.clone());
+        }
+        let (k, n) = if g.tb { (g.b[1], g.b[0]) } else { (g.b[0], g.b[1]) };
+        let (b_rs, b_cs) = if g.tb { (1, k) } else { (n, 1) };
+        let bytes = (k as u64).saturating_mul(n as u64).saturating_mul(4);
+        if self.packed_bytes.saturating_add(bytes) > PACKED_MAX_BYTES.min(self.pack_room) {
+            return None;
+        }
+        let values: &[f32] = bytemuck::try_cast_slice(self.bytes_of(&f.locs[b.0 as usize])).ok()?;
+        let pb = Arc::new(cpu::gemm::PackedB::new(&f.ctx(), k, n, values, b_rs, b_cs)?);
+        self.packed_bytes += pb.bytes();
+        self.pack_room = self.pack_room.saturating_sub(pb.bytes());
+        self.packed.insert((b.0, g.tb), pb.clone());
+        Some(pb)
     }
 
     fn runtime_error(&self, index: usize, what: String) -> VmError {
@@ -901,18 +965,14 @@ impl Vm {
                     });
                 } else {
                     let operands = if dt(a) == dt(b) { dt(a) } else { DType::F32 };
+                    let packed = self.packed_weight(p, f, b, &g);
                     self.float_op(p, f, dst, &[Some(a), Some(b), bias], |out, ins| {
                         let bias = ins[2].zip(bias_shape.as_deref());
-                        cpu::matmul(
-                            &ctx,
-                            &g,
-                            operands,
-                            ins[0].unwrap_or_default(),
-                            cpu::MatB::F32(ins[1].unwrap_or_default()),
-                            bias,
-                            act,
-                            out,
-                        )
+                        let b = match &packed {
+                            Some(pb) => cpu::MatB::Packed(pb),
+                            None => cpu::MatB::F32(ins[1].unwrap_or_default()),
+                        };
+                        cpu::matmul(&ctx, &g, operands, ins[0].unwrap_or_default(), b, bias, act, out)
                     });
                 }
             }

@@ -21,6 +21,10 @@
 //! own packing buffers. Since every output is computed by one task, with the same chain
 //! whatever the split, results never depend on the thread count.
 //!
+//! Weights: a constant B that a session multiplies by on every run is packed once
+//! ([`PackedB`], kept by the VM) and [`gemm_packed`] reads its panels instead of packing them
+//! again; packing only moves bits, so the results are the same.
+//!
 //! Without AVX2 (or with `ADEADVM_SIMD=scalar`) both tiers run the scalar strict loop built
 //! on `numerics::{add, mul}`, which is the reference's bits.
 
@@ -74,7 +78,7 @@ pub(super) const PAR_MIN_WORK: usize = 1 << 20;
 /// development machine a SmolLM2 decode step's MATMULs ran at 4.4 GB/s). The chains are the
 /// packed kernel's (`acc = +0`, then `acc + A·B` for `p` ascending, mul then add or one FMA),
 /// so the bits are the same either way: which kernel runs never shows in a result.
-const GEMV_MAX_M: usize = 8;
+pub(crate) const GEMV_MAX_M: usize = 8;
 /// The matrix-vector kernel is bound by reading B, not by arithmetic: it goes parallel from a
 /// quarter of [`PAR_MIN_WORK`] (a 576×576 projection, 1.3 MB of weights, is 0.33 M).
 const GEMV_PAR_MIN_WORK: usize = 1 << 18;
@@ -136,6 +140,159 @@ pub fn gemm(
         return;
     }
     run_tasks(ctx, &ops, c, unit, min_work, |rect, out| run_rect(ctx, &ops, rect, out));
+}
+
+/// B packed once, for every later product with it: a weight matrix a session multiplies by
+/// on every run. Packing a transposed weight (`tb`, stored [out, in]) takes 8×8 register
+/// transposes, and each task of a threaded call packed all the columns it needs for itself:
+/// on the development machine MiniLM at B=8 on one thread spent 18% of its time packing its
+/// weights, and its 16 tasks on 16 threads each packed the whole weight for 64 rows of A.
+///
+/// The layout is what the blocked kernels read: blocks of [`NC`] columns (starting at multiples
+/// of it), each cut into the kernel's KC-deep slices, each slice the block's `nr`-wide panels
+/// (kc×nr floats, row-major, zero-padded); slice `pc` of the block at column `jc` starts at
+/// `jc·k + pc·ncp`, `ncp` the block's width rounded up to `nr`. Packing only moves bits, so a
+/// product reads the same values in the same order as one that packs as it goes: the same
+/// bits in both tiers.
+pub struct PackedB {
+    level: SimdLevel,
+    k: usize,
+    n: usize,
+    buf: Vec<f32>,
+    /// Where the 64-byte aligned panels start in `buf`.
+    off: usize,
+}
+
+impl PackedB {
+    /// B (`B(p,j) = b[p*b_rs + j*b_cs]`, k×n) packed for `ctx.level`'s blocked kernel. None
+    /// where no blocked SIMD kernel runs (scalar level), for an empty B, when `b` is too short
+    /// for the shape, or when the memory cannot be had.
+    pub fn new(ctx: &Ctx, k: usize, n: usize, b: &[f32], b_rs: usize, b_cs: usize) -> Option<PackedB> {
+        if ctx.level < SimdLevel::Avx2 || k == 0 || n == 0 || (k - 1) * b_rs + (n - 1) * b_cs >= b.len() {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (_, nr, kc_max) = panel_geometry(ctx.level);
+            let len = Self::len_for(k, n, nr);
+            let mut buf = Vec::new();
+            buf.try_reserve_exact(len + 16).ok()?;
+            buf.resize(len + 16, 0.0);
+            let off = buf.as_ptr().align_offset(64).min(16);
+            let ops = Operands { m: 0, n, k, a: &[], a_rs: 0, a_cs: 0, b, b_rs, b_cs };
+            let mut packed = PackedB { level: ctx.level, k, n, buf, off };
+            for jc in (0..n).step_by(NC) {
+                let nc = NC.min(n - jc);
+                let ncp = nc.next_multiple_of(nr);
+                for pc in (0..k).step_by(kc_max) {
+                    let kc = kc_max.min(k - pc);
+                    let at = packed.off + jc * k + pc * ncp;
+                    let dst = &mut packed.buf[at..at + kc * ncp];
+                    // SAFETY: `ctx.level >= Avx2` is only ever set after CPUID and the OS
+                    // reported AVX2 on this CPU (`SimdLevel::detect`); the bounds of `b` were
+                    // checked above and `dst` holds the block's panels.
+                    unsafe { x86::pack_b(&ops, nr, pc, kc, jc, nc, dst) };
+                }
+            }
+            Some(packed)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    }
+
+    /// Floats of the packed panels of a k×n B for panels `nr` wide.
+    fn len_for(k: usize, n: usize, nr: usize) -> usize {
+        let last = (n - 1) / NC * NC;
+        last * k + (n - last).next_multiple_of(nr) * k
+    }
+
+    /// Bytes it holds.
+    pub fn bytes(&self) -> u64 {
+        (self.buf.len() * 4) as u64
+    }
+
+    /// Rows (k) and columns (n) of the B it holds.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+
+    /// The panel of slice `pc` that holds column `j` (a multiple of the panel width within
+    /// its block).
+    #[cfg(target_arch = "x86_64")]
+    fn panels(&self, j: usize, pc: usize) -> *const f32 {
+        let (_, nr, kc_max) = panel_geometry(self.level);
+        let jc = j / NC * NC;
+        let ncp = NC.min(self.n - jc).next_multiple_of(nr);
+        let kc = kc_max.min(self.k - pc);
+        debug_assert!((j - jc).is_multiple_of(nr) && pc.is_multiple_of(kc_max));
+        self.buf[self.off + jc * self.k + pc * ncp + (j - jc) * kc..].as_ptr()
+    }
+}
+
+/// The blocked kernel's microtile rows and columns and its KC at `level` (Avx2 or Avx512).
+fn panel_geometry(level: SimdLevel) -> (usize, usize, usize) {
+    if level >= SimdLevel::Avx512 {
+        (MR512, NR512, KC512)
+    } else {
+        (MR, NR, KC)
+    }
+}
+
+/// [`gemm`] with B packed beforehand ([`PackedB`], for this `ctx.level`): the same bits. The
+/// output is cut into a grid of rectangles of at most about [`MC`] rows (and as few column
+/// groups as give every thread one), one fork-join a call.
+///
+/// Panics if a slice is too short for the given shape and strides, or if `packed` was packed
+/// for another SIMD level.
+pub fn gemm_packed(
+    ctx: &Ctx,
+    m: usize,
+    a: &[f32],
+    a_rs: usize,
+    a_cs: usize,
+    packed: &PackedB,
+    c: &mut [f32],
+) {
+    let (k, n) = packed.shape();
+    let Some(c) = nonempty_product(c, m, n, k) else { return };
+    assert!((m - 1) * a_rs + (k - 1) * a_cs < a.len(), "gemm: A slice too short for its shape");
+    assert_eq!(packed.level, ctx.level, "gemm_packed: B was packed for another SIMD level");
+    let ops = Operands { m, n, k, a, a_rs, a_cs, b: &[], b_rs: 0, b_cs: 0 };
+    let out = OutPtr { ptr: c.as_mut_ptr(), n };
+    let strict = ctx.tier == Tier::Strict;
+    let (mr, nr, _) = panel_geometry(ctx.level);
+    let run = |r: Rect| {
+        let _ftz = strict.then(FtzGuard::new);
+        #[cfg(target_arch = "x86_64")]
+        if ctx.level >= SimdLevel::Avx512 {
+            // SAFETY: `packed` exists, so its level (this one, asserted above) was detected on
+            // this CPU; `r` starts at a multiple of NR (the grid below) and is this task's own
+            // part of the output.
+            unsafe { x86::gemm_rect::<x86::Avx512>(strict, &ops, Some(packed), r, out) }
+        } else {
+            // SAFETY: as above, for AVX2.
+            unsafe { x86::gemm_rect::<x86::Avx2>(strict, &ops, Some(packed), r, out) }
+        }
+    };
+    let threads = ctx.threads();
+    let pool = match ctx.pool {
+        Some(p) if threads > 1 && m * n * k >= PAR_MIN_WORK => p,
+        _ => return run(Rect { i0: 0, i1: m, j0: 0, j1: n }),
+    };
+    let (a_panels, b_panels) = (m.div_ceil(mr), n.div_ceil(nr));
+    let pm = a_panels.min(threads.max((a_panels * mr).div_ceil(MC)));
+    let pn = threads.div_ceil(pm).clamp(1, b_panels);
+    let rect = |t: usize| {
+        let (ti, tj) = (t / pn, t % pn);
+        Rect {
+            i0: a_panels * ti / pm * mr,
+            i1: (a_panels * (ti + 1) / pm * mr).min(m),
+            j0: b_panels * tj / pn * nr,
+            j1: (b_panels * (tj + 1) / pn * nr).min(n),
+        }
+    };
+    use rayon::prelude::*;
+    pool.install(|| (0..pm * pn).into_par_iter().for_each(|t| run(rect(t))));
 }
 
 /// Rows of a block-quantized B dequantized at a time by [`gemm_blocks`]: about 1 MiB of f32
@@ -264,10 +421,10 @@ fn run_rect(ctx: &Ctx, ops: &Operands, rect: Rect, out: OutPtr) {
         } else if ctx.level >= SimdLevel::Avx512 {
             // SAFETY: `ctx.level >= Avx512` is only ever set after CPUID and the OS reported
             // AVX-512F/BW/DQ/VL on this CPU (`SimdLevel::detect`).
-            unsafe { x86::gemm_rect::<x86::Avx512>(strict, ops, rect, out) }
+            unsafe { x86::gemm_rect::<x86::Avx512>(strict, ops, None, rect, out) }
         } else {
             // SAFETY: as for the matrix-vector kernel.
-            unsafe { x86::gemm_rect::<x86::Avx2>(strict, ops, rect, out) }
+            unsafe { x86::gemm_rect::<x86::Avx2>(strict, ops, None, rect, out) }
         }
         return;
     }
@@ -577,16 +734,29 @@ mod x86 {
     /// # Safety
     /// The CPU must support `K`'s instruction set; `out` must point to the live m×n output
     /// with `r` inside it and written by no one else meanwhile.
-    pub(super) unsafe fn gemm_rect<K: Micro>(strict: bool, ops: &Operands, r: Rect, out: OutPtr) {
+    /// With `pre`, B's panels are read from it (packed for `K`: see [`PackedB`]) instead of
+    /// being packed here.
+    ///
+    /// # Safety
+    /// The CPU must support `K`'s instruction set; `out` must point to the live m×n output
+    /// with `r` inside it and written by no one else meanwhile; `pre`, if given, was packed
+    /// for `K` from a B of `ops`' k and n, and `r.j0` is a multiple of `K::NR`.
+    pub(super) unsafe fn gemm_rect<K: Micro>(
+        strict: bool,
+        ops: &Operands,
+        pre: Option<&PackedB>,
+        r: Rect,
+        out: OutPtr,
+    ) {
         PACK.with(|bufs| {
             // A re-entrant call on this thread (not expected) would find the buffers taken
             // and use fresh ones instead of panicking.
             match bufs.try_borrow_mut() {
                 Ok(mut b) => {
                     let (bb, ab) = &mut *b;
-                    gemm_rect_with::<K>(strict, ops, r, out, bb, ab)
+                    gemm_rect_with::<K>(strict, ops, pre, r, out, bb, ab)
                 }
-                Err(_) => gemm_rect_with::<K>(strict, ops, r, out, &mut Vec::new(), &mut Vec::new()),
+                Err(_) => gemm_rect_with::<K>(strict, ops, pre, r, out, &mut Vec::new(), &mut Vec::new()),
             }
         })
     }
@@ -598,6 +768,7 @@ mod x86 {
     unsafe fn gemm_rect_with<K: Micro>(
         strict: bool,
         ops: &Operands,
+        pre: Option<&PackedB>,
         r: Rect,
         out: OutPtr,
         bbuf: &mut Vec<f32>,
@@ -608,22 +779,33 @@ mod x86 {
         let nc_max = NC.min((r.j1 - r.j0).next_multiple_of(nr));
         let mc_max = MC.next_multiple_of(mr).min((r.i1 - r.i0).next_multiple_of(mr));
         let kc_max = K::KC.min(k);
-        let bpack = aligned(bbuf, kc_max * nc_max);
+        let bpack = if pre.is_some() { &mut [][..] } else { aligned(bbuf, kc_max * nc_max) };
         let apack = aligned(abuf, kc_max * mc_max);
-        for jc in (r.j0..r.j1).step_by(NC) {
-            let nc = NC.min(r.j1 - jc);
+        let mut jc = r.j0;
+        while jc < r.j1 {
+            // Blocks of NC columns: where B was packed beforehand, its blocks (which start
+            // at multiples of NC); the chains do not depend on NC either way.
+            let nc = if pre.is_some() { ((jc / NC + 1) * NC).min(r.j1) - jc } else { NC.min(r.j1 - jc) };
             for pc in (0..k).step_by(K::KC) {
                 let kc = K::KC.min(k - pc);
                 let (first, last) = (pc == 0, pc + kc == k);
-                // SAFETY: this function's callers checked the kernel's instruction set,
-                // which includes AVX.
-                pack_b(ops, nr, pc, kc, jc, nc, bpack);
+                let bpanels: *const f32 = match pre {
+                    Some(pb) => pb.panels(jc, pc),
+                    None => {
+                        // SAFETY: this function's callers checked the kernel's instruction
+                        // set, which includes AVX.
+                        pack_b(ops, nr, pc, kc, jc, nc, bpack);
+                        bpack.as_ptr()
+                    }
+                };
                 for ic in (r.i0..r.i1).step_by(mc_max) {
                     let mc = mc_max.min(r.i1 - ic);
                     // SAFETY: as for `pack_b`.
                     pack_a(ops, mr, ic, mc, pc, kc, apack);
                     for jr in (0..nc).step_by(nr) {
-                        let bp = bpack[jr * kc..].as_ptr();
+                        // SAFETY: panel jr/nr of this block lies jr·kc floats in (the packed
+                        // block holds nc.div_ceil(nr) panels of kc·nr floats).
+                        let bp = bpanels.add(jr * kc);
                         let cols = nr.min(nc - jr);
                         for ir in (0..mc).step_by(mr) {
                             let ap = apack[ir * kc..].as_ptr();
@@ -637,6 +819,7 @@ mod x86 {
                     }
                 }
             }
+            jc += nc;
         }
     }
 
@@ -767,7 +950,15 @@ mod x86 {
     ///
     /// # Safety
     /// The CPU must have AVX (the register transposes); [`gemm_rect`]'s callers checked AVX2.
-    unsafe fn pack_b(ops: &Operands, nr: usize, pc: usize, kc: usize, jc: usize, nc: usize, dst: &mut [f32]) {
+    pub(super) unsafe fn pack_b(
+        ops: &Operands,
+        nr: usize,
+        pc: usize,
+        kc: usize,
+        jc: usize,
+        nc: usize,
+        dst: &mut [f32],
+    ) {
         let (b, rs, cs) = (ops.b, ops.b_rs, ops.b_cs);
         for (jp, panel) in (0..nc).step_by(nr).zip(dst.chunks_exact_mut(kc * nr)) {
             let w = nr.min(nc - jp);

@@ -112,12 +112,15 @@ pub fn worker_pool(threads: usize) -> Result<rayon::ThreadPool, rayon::ThreadPoo
 use crate::isa::Act;
 use reference::{for_each_broadcast, MatmulShape, Unary};
 
-/// MATMUL's `b` as the CPU executor reads it: f32 values, or a block-quantized `[N, K]`
-/// constant (read with `tb`; the verifier allows it nowhere else).
+/// MATMUL's `b` as the CPU executor reads it: f32 values, a block-quantized `[N, K]`
+/// constant (read with `tb`; the verifier allows it nowhere else), or a two-axis f32 matrix
+/// packed beforehand for the blocked kernels (a constant the session multiplies by on every
+/// run; the same bits as `F32`).
 #[derive(Clone, Copy)]
 pub enum MatB<'a> {
     F32(&'a [f32]),
     Blocks { format: crate::isa::BlockFormat, bytes: &'a [u8] },
+    Packed(&'a gemm::PackedB),
 }
 
 /// MATMUL on the CPU: `gemm` for each (broadcast) batch, then the epilogue in the reference's
@@ -177,6 +180,25 @@ pub fn matmul(
                 );
                 batch += 1;
             });
+        }
+        MatB::Packed(packed) if !g.ta => {
+            // As for blocks: b has no batch axes, so every batch of a is one [batch·M, K]
+            // matrix and one call covers them all.
+            let rows = out.len() / n;
+            gemm::gemm_packed(&gemm_ctx, rows, &a[..rows * k], k, 1, packed, out);
+        }
+        MatB::Packed(packed) => {
+            for (batch, c) in out.chunks_mut(m * n).enumerate() {
+                gemm::gemm_packed(
+                    &gemm_ctx,
+                    m,
+                    &a[batch * m * k..(batch + 1) * m * k],
+                    a_rs,
+                    a_cs,
+                    packed,
+                    c,
+                );
+            }
         }
         MatB::F32(b) => {
             let mut pairs = Vec::new();
