@@ -624,3 +624,38 @@ proptest! {
         );
     }
 }
+
+/// Copies and transposes past the size where they are split over the pool: 1, 2 and 3
+/// threads give the reference's elements, for whole-block permutations (BERT's heads), ones
+/// that move the last axis (blocks of one element) and 16-bit elements.
+#[test]
+fn large_copies_and_transposes_over_threads() {
+    let cases: [(&[usize], &[u8]); 4] = [
+        (&[8, 128, 12, 32], &[0, 2, 1, 3]),
+        (&[3, 300, 401], &[0, 2, 1]),
+        (&[64, 96, 48], &[2, 0, 1]),
+        (&[5, 7, 9, 11, 13], &[4, 3, 2, 1, 0]),
+    ];
+    for (shape, perm) in cases {
+        let n: usize = shape.iter().product();
+        let x: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
+        let mut want = vec![0u32; n];
+        r::transpose(&x, shape, perm, &mut want);
+        let x16: Vec<u16> = x.iter().map(|&v| v as u16).collect();
+        let mut want16 = vec![0u16; n];
+        r::transpose(&x16, shape, perm, &mut want16);
+        for threads in 1..=3 {
+            let c = ctx(SimdLevel::detect(), Tier::Strict, threads);
+            let mut got = vec![0u32; n];
+            simd::transpose(&c, &x, shape, perm, &mut got);
+            assert!(got == want, "transpose {shape:?} by {perm:?} on {threads} threads");
+            let mut got16 = vec![0u16; n];
+            simd::transpose(&c, &x16, shape, perm, &mut got16);
+            assert!(got16 == want16, "16-bit transpose {shape:?} by {perm:?} on {threads} threads");
+            let bytes: &[u8] = bytemuck::cast_slice(&x);
+            let mut copied = vec![0u8; bytes.len() - 3];
+            simd::copy_bytes(&c, &bytes[3..], &mut copied);
+            assert!(copied == bytes[3..], "copy of {} bytes on {threads} threads", copied.len());
+        }
+    }
+}

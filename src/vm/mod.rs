@@ -729,7 +729,8 @@ impl Vm {
             }
             Insn::Copy { dst, src } | Insn::Reshape { dst, src } => {
                 cost.1 = 2 * n_of(f, dst) * dt(dst).size() as u64;
-                self.raw_op(p, f, dst, &[src], |out, ins| out.copy_from_slice(ins[0]));
+                let ctx = f.ctx();
+                self.raw_op(p, f, dst, &[src], |out, ins| simd::copy_bytes(&ctx, ins[0], out));
             }
             Insn::Slice { dst, src, axis, start } => {
                 let shape = f.shapes[src.0 as usize].clone();
@@ -769,14 +770,17 @@ impl Vm {
                 let shape = f.shapes[src.0 as usize].clone();
                 let size = dt(dst).size();
                 cost.1 = 2 * n_of(f, dst) * size as u64;
+                let ctx = f.ctx();
                 self.raw_op(p, f, dst, &[src], |out, ins| match size {
-                    2 => r::transpose(
+                    2 => simd::transpose(
+                        &ctx,
                         bytemuck::cast_slice::<u8, u16>(ins[0]),
                         &shape,
                         perm.axes(),
                         bytemuck::cast_slice_mut(out),
                     ),
-                    _ => r::transpose(
+                    _ => simd::transpose(
+                        &ctx,
                         bytemuck::cast_slice::<u8, u32>(ins[0]),
                         &shape,
                         perm.axes(),

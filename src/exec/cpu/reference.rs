@@ -413,21 +413,40 @@ pub fn reduce(op: Reduce, x: &[f32], shape: &[usize], axis: usize, out: &mut [f3
 
 /// dst axis i = src axis perm[i]. Works on any element type.
 pub fn transpose<T: Copy>(x: &[T], shape: &[usize], perm: &[u8], out: &mut [T]) {
-    let src_strides = strides(shape);
-    // Trailing axes the permutation keeps in place form blocks contiguous in both tensors
-    // (BERT's [0, 2, 1, 3] moves whole head rows): copy those whole, walk the axes before.
+    transpose_part(x, shape, perm, 0, out)
+}
+
+/// Elements of the blocks [`transpose`] copies whole: the trailing axes the permutation keeps
+/// in place are contiguous in both tensors (BERT's [0, 2, 1, 3] moves whole head rows).
+pub fn transpose_block(shape: &[usize], perm: &[u8]) -> usize {
     let kept = perm.iter().enumerate().rev().take_while(|&(i, &p)| p as usize == i).count();
-    let lead = perm.len() - kept;
-    let block: usize = shape[lead..].iter().product();
+    shape[perm.len() - kept..].iter().product()
+}
+
+/// The part of [`transpose`]'s output that starts `start` elements in (a multiple of
+/// [`transpose_block`]) and fills `out` (at most to the output's end): parts cut at blocks
+/// may be written by different threads, with the output's values.
+pub fn transpose_part<T: Copy>(x: &[T], shape: &[usize], perm: &[u8], start: usize, out: &mut [T]) {
+    let src_strides = strides(shape);
+    let block = transpose_block(shape, perm);
+    let lead = perm.len() - perm.iter().enumerate().rev().take_while(|&(i, &p)| p as usize == i).count();
     let out_shape: Vec<usize> = perm[..lead].iter().map(|&p| shape[p as usize]).collect();
     let perm_strides: Vec<usize> = perm[..lead].iter().map(|&p| src_strides[p as usize]).collect();
     // Walk the output in order; the source offset is the dot of the index with perm_strides.
-    let n: usize = out_shape.iter().product::<usize>() * block;
-    if n == 0 {
+    let total: usize = out_shape.iter().product::<usize>() * block;
+    if block == 0 || start >= total {
         return;
     }
+    debug_assert!(start.is_multiple_of(block));
+    let n = out.len().min(total - start);
+    // The index of the part's first block, and its source offset.
     let mut idx = vec![0usize; out_shape.len()];
-    let mut off = 0usize;
+    let mut rest = start / block;
+    for ax in (0..out_shape.len()).rev() {
+        idx[ax] = rest % out_shape[ax];
+        rest /= out_shape[ax];
+    }
+    let mut off: usize = idx.iter().zip(&perm_strides).map(|(i, s)| i * s).sum();
     for o in out[..n].chunks_exact_mut(block) {
         o.copy_from_slice(&x[off..off + block]);
         for ax in (0..out_shape.len()).rev() {

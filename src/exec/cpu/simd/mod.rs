@@ -143,6 +143,49 @@ fn run_chunks(
     }
 }
 
+/// Bytes from which a copy or a transpose is split over the pool. Both are bound by memory,
+/// which one core of a many-core server cannot saturate (MiniLM at B=8 copies 1.5 MB for each
+/// of its 50 RESHAPEs and TRANSPOSEs a run); below this, waking the workers costs more.
+const PAR_COPY_BYTES: usize = 1 << 20;
+
+/// Chunks of at least [`PAR_COPY_BYTES`] / 4 bytes a copy is cut into, whole units of `unit`
+/// elements of `size` bytes, about two a thread; None where the call runs in line.
+fn copy_chunks<'a>(
+    ctx: &Ctx<'a>,
+    elems: usize,
+    size: usize,
+    unit: usize,
+) -> Option<(&'a rayon::ThreadPool, usize)> {
+    let pool = ctx.pool.filter(|p| p.current_num_threads() > 1 && elems * size >= PAR_COPY_BYTES)?;
+    let per = elems.div_ceil(2 * pool.current_num_threads()).max(PAR_COPY_BYTES / 4 / size.max(1));
+    let per = per.next_multiple_of(unit.max(1));
+    (per < elems).then_some((pool, per))
+}
+
+/// `out = src` (COPY and RESHAPE), over the pool where it is large.
+pub fn copy_bytes(ctx: &Ctx, src: &[u8], out: &mut [u8]) {
+    match copy_chunks(ctx, out.len(), 1, 64) {
+        Some((pool, per)) => pool.install(|| {
+            out.par_chunks_mut(per).zip(src.par_chunks(per)).for_each(|(o, s)| o.copy_from_slice(s))
+        }),
+        None => out.copy_from_slice(src),
+    }
+}
+
+/// [`reference::transpose`], over the pool where it is large (parts of whole blocks: the same
+/// values).
+pub fn transpose<T: Copy + Send + Sync>(ctx: &Ctx, x: &[T], shape: &[usize], perm: &[u8], out: &mut [T]) {
+    let block = reference::transpose_block(shape, perm);
+    match copy_chunks(ctx, out.len(), std::mem::size_of::<T>(), block) {
+        Some((pool, per)) => pool.install(|| {
+            out.par_chunks_mut(per)
+                .enumerate()
+                .for_each(|(i, o)| reference::transpose_part(x, shape, perm, i * per, o))
+        }),
+        None => reference::transpose(x, shape, perm, out),
+    }
+}
+
 /// Rough cost per element of a unary op, in units of one add.
 fn unary_cost(op: Unary) -> usize {
     match op {
