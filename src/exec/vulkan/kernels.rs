@@ -145,11 +145,13 @@ pub const SHADERS: &[(&str, &[u8])] = embed![
     "gemm_strict_128x64x16_8x4",
     "gemm_strict_64x64x16_4x4",
     "gemm_strict_64x64x32_4x4",
+    "gemm_strict_64x32x16_4x4",
     "gemm_fast_128x128x32_8x4",
     "gemm_fast_128x128x16_8x4",
     "gemm_fast_128x64x16_8x4",
     "gemm_fast_64x64x16_4x4",
     "gemm_fast_64x64x32_4x4",
+    "gemm_fast_64x32x16_4x4",
 ];
 
 /// Whether shader `name` runs only in the fast tier: it may fuse (FMA) and need not repeat the

@@ -109,9 +109,22 @@ impl GemmTile {
     pub const SMALL: GemmTile = GemmTile { bm: 64, bn: 64, bk: 32, tm: 4, tn: 4 };
     /// [`GemmTile::SMALL`] staged 16 of k at a time: within 32 KiB of shared memory (lavapipe).
     pub const COMPACT: GemmTile = GemmTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
+    /// 64x32 tiles staged 16 of k at a time, 4x4 a thread (128 threads), for products at most
+    /// 32 columns wide (attention's product with V, one head of 32 at a time), where a 64- or
+    /// 128-wide tile computes half or three quarters padding. On the H100 at B=128, MiniLM's
+    /// scores and product with V took 112 and 262 us a layer on the chosen 128x128 tiles (the
+    /// latter 6.2 TFLOP/s), PyTorch's two attention products 85 and 68 us (cuBLAS 64x64 and
+    /// 128x32 tiles). Not chosen by default until measured (`ADEADVM_GEMM_TILE=64x32x16/4x4`).
+    pub const NARROW: GemmTile = GemmTile { bm: 64, bn: 32, bk: 16, tm: 4, tn: 4 };
     /// Every compiled geometry (shaders/gemm_{strict,fast}_BMxBNxBK_TMxTN.comp), largest first.
-    pub const ALL: [GemmTile; 5] =
-        [GemmTile::HUGE_DEEP, GemmTile::HUGE, GemmTile::LARGE, GemmTile::SMALL, GemmTile::COMPACT];
+    pub const ALL: [GemmTile; 6] = [
+        GemmTile::HUGE_DEEP,
+        GemmTile::HUGE,
+        GemmTile::LARGE,
+        GemmTile::SMALL,
+        GemmTile::COMPACT,
+        GemmTile::NARROW,
+    ];
 
     /// Threads per workgroup.
     pub fn threads(&self) -> u32 {
