@@ -111,10 +111,10 @@ impl GemmTile {
     pub const COMPACT: GemmTile = GemmTile { bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 };
     /// 64x32 tiles staged 16 of k at a time, 4x4 a thread (128 threads), for products at most
     /// 32 columns wide (attention's product with V, one head of 32 at a time), where a 64- or
-    /// 128-wide tile computes half or three quarters padding. On the H100 at B=128, MiniLM's
-    /// scores and product with V took 112 and 262 us a layer on the chosen 128x128 tiles (the
-    /// latter 6.2 TFLOP/s), PyTorch's two attention products 85 and 68 us (cuBLAS 64x64 and
-    /// 128x32 tiles). Not chosen by default until measured (`ADEADVM_GEMM_TILE=64x32x16/4x4`).
+    /// 128-wide tile computes half or three quarters padding. On the H100 (GPU timestamps, µs
+    /// a layer), MiniLM's product with V on 128x128 tiles took 263 at B=128 and 84 at B=32
+    /// (6.2 TFLOP/s at B=128; PyTorch's cuBLAS 68 on 128x32 tiles), on 128x64 tiles 149 and 63,
+    /// on these 94 and 36.
     pub const NARROW: GemmTile = GemmTile { bm: 64, bn: 32, bk: 16, tm: 4, tn: 4 };
     /// Every compiled geometry (shaders/gemm_{strict,fast}_BMxBNxBK_TMxTN.comp), largest first.
     pub const ALL: [GemmTile; 6] = [
@@ -198,7 +198,8 @@ impl GemmTile {
 
     /// The tile for a matmul of `tiles_of(tile)` output tiles: `ADEADVM_GEMM_TILE`
     /// (`BMxBNxBK/TMxTN`, one of [`GemmTile::ALL`], for tuning experiments; ignored unless the
-    /// device can run it), else [`GemmTile::HUGE_DEEP`] when it still gives at least
+    /// device can run it), else [`GemmTile::NARROW`] for products at most its width (`n`
+    /// columns), else [`GemmTile::HUGE_DEEP`] when it still gives at least
     /// [`HUGE_MIN_TILES`] workgroups, else [`GemmTile::LARGE`] from [`LARGE_MIN_TILES`], else
     /// [`GemmTile::SMALL`], else (not enough shared memory) [`GemmTile::COMPACT`]. Measured on
     /// an H100 (driver 580, TFLOP/s at 1024^2 and 4096^2, fast and strict): LARGE 25.8/33.5 and
@@ -212,7 +213,7 @@ impl GemmTile {
     /// from half the loop's overhead per multiply-add; the fast one does not, so its limit is
     /// inside the unrolled chunk (91% FFMA in the driver's code, benches/peak.py: 57% of the
     /// FFMA ceiling).
-    fn chosen(rec: &Recorder, tiles_of: impl Fn(GemmTile) -> u64) -> GemmTile {
+    fn chosen(rec: &Recorder, n: u64, tiles_of: impl Fn(GemmTile) -> u64) -> GemmTile {
         static FORCED: std::sync::OnceLock<Option<GemmTile>> = std::sync::OnceLock::new();
         let forced = FORCED.get_or_init(|| {
             let s = std::env::var("ADEADVM_GEMM_TILE").ok()?;
@@ -234,6 +235,9 @@ impl GemmTile {
             }
         }
         let usable = |t: &GemmTile| t.unusable(rec).is_none();
+        if n <= u64::from(GemmTile::NARROW.bn) && usable(&GemmTile::NARROW) {
+            return GemmTile::NARROW;
+        }
         if usable(&GemmTile::HUGE_DEEP) && tiles_of(GemmTile::HUGE_DEEP) >= HUGE_MIN_TILES {
             return GemmTile::HUGE_DEEP;
         }
@@ -532,7 +536,7 @@ pub fn matmul_with(
             }
             t
         }
-        None => GemmTile::chosen(rec, |t| plan.tiles(t.bm, t.bn)),
+        None => GemmTile::chosen(rec, u64::from(plan.n), |t| plan.tiles(t.bm, t.bn)),
     };
     let span =
         tuning.gemm_k_span.or_else(gemm_k_span_env).unwrap_or_else(|| gemm_k_span(rec.device().info()));
@@ -660,7 +664,7 @@ pub fn matmul_split_k(
         Act::None | Act::Gelu => 0u32,
         Act::Relu => 1,
     };
-    let tile = GemmTile::chosen(rec, |t| plan.tiles(t.bm, t.bn));
+    let tile = GemmTile::chosen(rec, u64::from(plan.n), |t| plan.tiles(t.bm, t.bn));
     let kernel = tile.kernel(k, Tier::Fast, plan.aligned_to(g, &tile, 4), split.span)?;
     let mut push = plan.push_constants(g, act_code, bias.is_some(), 0);
     let bias_slice = bias.map_or(a, |(s, _)| s);
